@@ -1,0 +1,39 @@
+# Every target sets up its own virtual environment from the pinned constraints.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test check lint bench serve nightly benchmarks sample clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/decisions score sample_data/portfolio.xlsx -o out/portfolio-scored.xlsx --also-csv --also-parquet
+
+test: $(STAMP)
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check pipeline tests scripts bench
+	$(BIN)/ruff format --check pipeline tests scripts bench
+
+check: lint test
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+benchmarks: $(STAMP)
+	$(BIN)/decisions benchmarks build --out sample_data/benchmarks.csv
+
+sample: $(STAMP)
+	$(BIN)/python scripts/make_sample_portfolio.py
+
+clean:
+	rm -rf $(VENV) out .cache

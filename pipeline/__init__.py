@@ -1,0 +1,1 @@
+"""Property decisions: the decision engine, the batch pipeline and the HTTP service."""
