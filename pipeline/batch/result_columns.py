@@ -1,0 +1,52 @@
+"""The result columns every output carries after the input's own columns (DESIGN.md)."""
+
+import polars as pl
+
+RESULT_SCHEMA: dict[str, pl.DataType] = {
+    "row_number": pl.Int64(),
+    "status": pl.String(),  # scored | rejected | skipped | failed
+    "verdict": pl.String(),  # match | partial | no_match
+    "score": pl.Int64(),
+    "price_score": pl.Int64(),
+    "price_status": pl.String(),  # pass | warn | fail
+    "location_score": pl.Int64(),
+    "location_status": pl.String(),
+    "size_score": pl.Int64(),
+    "size_status": pl.String(),
+    "details_score": pl.Int64(),
+    "details_status": pl.String(),
+    "price_per_sqm": pl.Float64(),
+    "benchmark_median_sqm": pl.Float64(),
+    "benchmark_p25_sqm": pl.Float64(),
+    "benchmark_p75_sqm": pl.Float64(),
+    "benchmark_year": pl.Int64(),
+    "benchmark_transaction_count": pl.Int64(),
+    "benchmark_yoy_pct": pl.Float64(),
+    "reasoning_en": pl.String(),
+    "reasoning_ar": pl.String(),
+    "key_factors": pl.String(),  # "; "-joined for flat files
+    "risk_flags": pl.String(),  # "; "-joined for flat files
+    "decisions_used": pl.Int64(),
+    "error_code": pl.String(),
+    "error_field": pl.String(),
+    "error_message": pl.String(),
+}
+
+RESULT_COLUMNS: tuple[str, ...] = tuple(RESULT_SCHEMA)
+
+# Columns holding SAR amounts (thousands separators in the workbook).
+SAR_COLUMNS = (
+    "price_per_sqm",
+    "benchmark_median_sqm",
+    "benchmark_p25_sqm",
+    "benchmark_p75_sqm",
+)
+
+# The Rejects sheet / rejects table.
+REJECTS_SCHEMA: dict[str, pl.DataType] = {
+    "row_number": pl.Int64(),
+    "column": pl.String(),  # the input header the bad value came from (null if none)
+    "field": pl.String(),  # dotted request path, e.g. property.area
+    "value": pl.String(),  # the original cell text
+    "reason": pl.String(),
+}

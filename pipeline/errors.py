@@ -1,0 +1,108 @@
+"""The exceptions of property-decisions, all under one base.
+
+    PipelineError
+    ├── UsageError                 bad options or configuration; exit code 2, nothing charged
+    │   ├── InputError             an input file cannot be read as what it claims to be
+    │   │   └── MissingColumnError a required column maps to no header
+    │   └── TooManyRowsError       the output format cannot hold the rows
+    ├── RequestValidationError     a decision request breaks a rule (spec: validation_error)
+    ├── LedgerError                the decision balance refused an operation
+    │   ├── InsufficientDecisions  balance lower than the cost (spec: insufficient_decisions)
+    │   ├── UnknownWorkspace
+    │   ├── IdempotencyKeyReused   same key, other request body
+    │   └── RequestInProgress      same key while the first request is still running
+    └── OutputError                an output file cannot be written
+
+Errors of the libraries below (polars, fastexcel, sqlite3, httpx) are translated into these at the
+module that calls them, with the file, row and field they concern.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Base of every error this package raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(PipelineError):
+    exit_code = 2
+
+
+class InputError(UsageError):
+    """An input file cannot be read; the message names the file and what to try."""
+
+
+class MissingColumnError(InputError):
+    def __init__(self, path: str, field: str, aliases: list[str], headers: list[str]) -> None:
+        self.field = field
+        self.aliases = aliases
+        super().__init__(
+            f"{path}: no column for required field '{field}'; tried headers "
+            f"{', '.join(repr(a) for a in aliases)}; the file has "
+            f"{', '.join(repr(h) for h in headers)}. Rename a column or map it with --config."
+        )
+
+
+class TooManyRowsError(UsageError):
+    pass
+
+
+class RequestValidationError(PipelineError):
+    """Spec error `validation_error`: `field` is the dotted path, `message` names field and rule."""
+
+    code = "validation_error"
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(message)
+
+    def body(self) -> dict[str, object]:
+        return {"error": self.code, "message": self.message, "field": self.field}
+
+
+class LedgerError(PipelineError):
+    code = "ledger_error"
+
+    def body(self) -> dict[str, object]:
+        return {"error": self.code, "message": str(self)}
+
+
+class InsufficientDecisions(LedgerError):
+    code = "insufficient_decisions"
+    exit_code = 3
+
+    def __init__(self, required: int, balance: int) -> None:
+        self.required = required
+        self.balance = balance
+        super().__init__(
+            f"this request needs {required} decision(s) and the workspace has {balance}; "
+            "top up the workspace and try again"
+        )
+
+    def body(self) -> dict[str, object]:
+        return {
+            "error": self.code,
+            "message": str(self),
+            "required": self.required,
+            "balance": self.balance,
+        }
+
+
+class UnknownWorkspace(LedgerError):
+    code = "unknown_workspace"
+    exit_code = 2
+
+
+class IdempotencyKeyReused(LedgerError):
+    code = "idempotency_key_reused"
+
+
+class RequestInProgress(LedgerError):
+    code = "request_in_progress"
+
+
+class OutputError(PipelineError):
+    pass
