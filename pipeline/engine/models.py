@@ -1,0 +1,103 @@
+"""Request and response bodies of POST /v1/decisions, exactly as the spec's tables.
+
+The models check structure and JSON types only (a number is a number, a boolean a boolean,
+required keys are present). Value rules (positive price, whole counts, coordinate bounds, the
+property types) live in `rules.py`, shared with the batch path, so they exist once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.engine.schema import PROPERTY_TYPES
+
+Verdict = Literal["match", "partial", "no_match"]
+BucketStatus = Literal["pass", "warn", "fail"]
+
+_STRICT = ConfigDict(strict=True, extra="ignore")
+
+
+class Property(BaseModel):
+    model_config = _STRICT
+
+    type: str = Field(json_schema_extra={"enum": list(PROPERTY_TYPES)})
+    price: float = Field(description="Asking price in SAR; > 0.")
+    area: float = Field(description="Total area in square metres; > 0.")
+    bedrooms: float | None = Field(default=None, description="Whole number >= 0.")
+    bathrooms: float | None = Field(default=None, description="Whole number >= 0.")
+    floor: float | None = Field(default=None, description="Whole number >= 0; 0 = ground.")
+    age: float | None = Field(default=None, description="Years; whole number >= 0.")
+    parking: bool | None = None
+    furnished: bool | None = None
+
+
+class Location(BaseModel):
+    model_config = _STRICT
+
+    city: str = Field(description="City in Arabic or English, e.g. Riyadh or الرياض.")
+    district: str | None = Field(default=None, description="District; city level if absent.")
+    lat: float | None = Field(default=None, description="[-90, 90]; with lng.")
+    lng: float | None = Field(default=None, description="[-180, 180]; with lat.")
+
+
+class DecisionRequest(BaseModel):
+    model_config = _STRICT
+
+    property: Property
+    location: Location
+    reasoning: bool
+
+
+class Bucket(BaseModel):
+    score: float
+    status: BucketStatus
+
+
+class Breakdown(BaseModel):
+    price: Bucket
+    location: Bucket
+    size: Bucket
+    details: Bucket
+
+
+class Benchmark(BaseModel):
+    median_sqm: float
+    p25_sqm: float
+    p75_sqm: float
+    year: int
+    transaction_count: int
+    yoy_pct: float | None
+
+
+class Reasoning(BaseModel):
+    reasoning_en: str
+    reasoning_ar: str
+    key_factors: list[str]
+    risk_flags: list[str]
+
+
+class DecisionResponse(BaseModel):
+    verdict: Verdict
+    score: float
+    breakdown: Breakdown
+    price_per_sqm: float
+    benchmark: Benchmark | None
+    reasoning: Reasoning | None = None
+    decisions_used: int
+    decisions_remaining: int
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body: `reasoning` absent (not null) when it was not asked for."""
+        return self.model_dump(
+            exclude_none=False, exclude={"reasoning"} if self.reasoning is None else set()
+        )
+
+
+class ErrorBody(BaseModel):
+    error: str
+    message: str
+    field: str | None = None
+    required: int | None = None
+    balance: int | None = None

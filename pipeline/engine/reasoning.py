@@ -1,0 +1,228 @@
+"""The explanation of a decision in English and Arabic, built from the row's own figures.
+
+Deterministic text, no network and no model: the `Reasoner` protocol is the seam where a hosted
+language model could take over later. Risk flags are stable codes (documented in
+docs/scoring.md) so an analyst can filter on them; key factors are sentences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pipeline.engine.scoring import AREA_RANGE
+
+THIN_MARKET_DEEDS = 100
+FALLING_MARKET_PCT = -3.0
+FAR_BELOW_MARKET = 0.6  # price per m2 under 60% of the 25th percentile
+OLD_BUILDING_YEARS = 25
+
+_VERDICT_AR = {"match": "مناسب", "partial": "مناسب جزئياً", "no_match": "غير مناسب"}
+_TYPE_AR = {
+    "apartment": "الشقة",
+    "villa": "الفيلا",
+    "land": "الأرض",
+    "commercial": "العقار التجاري",
+    "office": "المكتب",
+}
+_TYPE_AR_PLURAL = {
+    "apartment": "الشقق",
+    "villa": "الفلل",
+    "land": "الأراضي",
+    "commercial": "العقارات التجارية",
+    "office": "المكاتب",
+}
+_BUILT_TYPES = ("apartment", "villa", "commercial", "office")
+
+
+@dataclass(frozen=True)
+class Explanation:
+    reasoning_en: str
+    reasoning_ar: str
+    key_factors: list[str]
+    risk_flags: list[str]
+
+
+class Reasoner(Protocol):
+    def explain(self, rows: Sequence[Mapping[str, Any]]) -> list[Explanation]:
+        """One explanation per scored row (request fields, benchmark and score columns)."""
+        ...
+
+
+def _sar(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _pct_diff(value: float, reference: float) -> float:
+    return (value / reference - 1.0) * 100.0
+
+
+def _place(row: Mapping[str, Any]) -> str:
+    district, city = row.get("district"), row.get("city")
+    return f"{district}, {city}" if district and row.get("benchmark_level") == "district" else city
+
+
+def _place_ar(row: Mapping[str, Any]) -> str:
+    district, city = row.get("district"), row.get("city")
+    if district and row.get("benchmark_level") == "district":
+        return f"حي {district} في {city}"
+    return f"مدينة {city}"
+
+
+def risk_flags(row: Mapping[str, Any]) -> list[str]:
+    flags: list[str] = []
+    ppsqm, level = row["price_per_sqm"], row.get("benchmark_level")
+    if level is None:
+        flags.append("no_benchmark")
+    else:
+        if level == "city":
+            flags.append("city_level_benchmark")
+        if row["benchmark_transaction_count"] < THIN_MARKET_DEEDS:
+            flags.append("thin_market")
+        if ppsqm > row["benchmark_p75_sqm"]:
+            flags.append("price_above_p75")
+        if ppsqm < FAR_BELOW_MARKET * row["benchmark_p25_sqm"]:
+            flags.append("price_far_below_market")
+        yoy = row.get("benchmark_yoy_pct")
+        if yoy is not None and yoy <= FALLING_MARKET_PCT:
+            flags.append("falling_market")
+    low, high = AREA_RANGE[row["type"]]
+    if not low <= row["area"] <= high:
+        flags.append("area_unusual_for_type")
+    if row["type"] in _BUILT_TYPES:
+        age = row.get("age")
+        if age is not None and age > OLD_BUILDING_YEARS:
+            flags.append("old_building")
+        if age is None:
+            flags.append("age_unknown")
+    return flags
+
+
+def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    ppsqm = row["price_per_sqm"]
+    if row.get("benchmark_level") is None:
+        return (
+            [
+                f"No official benchmark exists for {row['city']}: the price could not be "
+                f"compared with recorded sales (price per m2 {_sar(ppsqm)} SAR)."
+            ],
+            [
+                f"لا يوجد مؤشر رسمي لمدينة {row['city']}، فلم تُقارن قيمة العقار بالصفقات "
+                f"المسجلة (سعر المتر {_sar(ppsqm)} ريال)."
+            ],
+        )
+    median, p25, p75 = (row[f"benchmark_{k}_sqm"] for k in ("median", "p25", "p75"))
+    diff = _pct_diff(ppsqm, median)
+    side_en = "below" if diff < 0 else "above"
+    side_ar = "أقل" if diff < 0 else "أعلى"
+    if ppsqm <= p25:
+        band_en, band_ar = (
+            "at or below the 25th percentile (well priced)",
+            "عند الربع الأدنى أو دونه (سعر جيد)",
+        )
+    elif ppsqm <= p75:
+        band_en, band_ar = "between the 25th and 75th percentiles", "بين الربيعين الأدنى والأعلى"
+    else:
+        band_en, band_ar = (
+            "above the 75th percentile (expensive for the area)",
+            "فوق الربع الأعلى (مرتفع للمنطقة)",
+        )
+    count, year = row["benchmark_transaction_count"], row["benchmark_year"]
+    en = (
+        f"The asking price of {_sar(ppsqm)} SAR per m2 is {abs(diff):.0f}% {side_en} the median of "
+        f"{_sar(median)} SAR/m2 in {_place(row)} ({year}, {count:,} deeds), {band_en}."
+    )
+    ar = (
+        f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {side_ar} بنسبة {abs(diff):.0f}% "
+        f"من الوسيط البالغ {_sar(median)} ريال للمتر في {_place_ar(row)} (بيانات {year}، {count:,} صفقة)، {band_ar}."
+    )
+    sentences_en, sentences_ar = [en], [ar]
+    yoy = row.get("benchmark_yoy_pct")
+    if yoy is not None:
+        trend_en = "rose" if yoy >= 0 else "fell"
+        trend_ar = "ارتفعت" if yoy >= 0 else "انخفضت"
+        sentences_en.append(f"Prices in the area {trend_en} {abs(yoy):.1f}% year over year.")
+        sentences_ar.append(f"{trend_ar} الأسعار في المنطقة بنسبة {abs(yoy):.1f}% خلال عام.")
+    return sentences_en, sentences_ar
+
+
+def _market_average_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    average = row.get("market_avg_sqm")
+    if average is None:
+        return [], []
+    diff = _pct_diff(row["price_per_sqm"], average)
+    side_en = "below" if diff < 0 else "above"
+    side_ar = "أقل" if diff < 0 else "أعلى"
+    where_en = row["city"] if row.get("market_avg_level") == "city" else "Saudi Arabia"
+    where_ar = f"مدينة {row['city']}" if row.get("market_avg_level") == "city" else "المملكة"
+    kind = row["type"]
+    return (
+        [
+            f"It is {abs(diff):.0f}% {side_en} the average of {_sar(average)} SAR/m2 "
+            f"for {kind} sales in {where_en}."
+        ],
+        [
+            f"وهو {side_ar} بنسبة {abs(diff):.0f}% من متوسط {_sar(average)} ريال للمتر لصفقات "
+            f"{_TYPE_AR_PLURAL[kind]} في {where_ar}."
+        ],
+    )
+
+
+def _detail_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    en: list[str] = []
+    ar: list[str] = []
+    age = row.get("age")
+    if row["type"] in _BUILT_TYPES and age is not None:
+        en.append(f"The building is {age:.0f} years old.")
+        ar.append(f"عمر المبنى {age:.0f} سنة.")
+    if row.get("parking") is False and row["type"] != "land":
+        en.append("No parking is available.")
+        ar.append("لا يتوفر موقف للسيارات.")
+    return en, ar
+
+
+_FLAG_TEXT: dict[str, tuple[str, str]] = {
+    "no_benchmark": ("no official benchmark for this city", "لا يوجد مؤشر رسمي لهذه المدينة"),
+    "city_level_benchmark": (
+        "the district is unknown or thinly traded, so the city benchmark was used",
+        "الحي غير معروف أو قليل الصفقات فاستُخدم مؤشر المدينة",
+    ),
+    "thin_market": ("few recorded sales behind the benchmark", "عدد الصفقات خلف المؤشر قليل"),
+    "price_above_p75": ("priced above the 75th percentile", "السعر أعلى من الربع الأعلى"),
+    "price_far_below_market": (
+        "price far below the market: check the figures or the title",
+        "السعر أدنى بكثير من السوق: تحقق من الأرقام أو من الصك",
+    ),
+    "falling_market": ("prices in the area are falling", "الأسعار في المنطقة تنخفض"),
+    "area_unusual_for_type": ("the area is unusual for this type", "المساحة غير معتادة لهذا النوع"),
+    "old_building": ("old building", "مبنى قديم"),
+    "age_unknown": ("building age not given", "عمر المبنى غير مذكور"),
+}
+
+
+def _key_factors(row: Mapping[str, Any]) -> list[str]:
+    buckets = ("price", "location", "size", "details")
+    ranked = sorted(buckets, key=lambda b: abs(row[f"{b}_score"] - 50), reverse=True)
+    return [f"{b} {row[f'{b}_score']}/100 ({row[f'{b}_status']})" for b in ranked]
+
+
+class TemplateReasoner:
+    """The default reasoner: sentences filled in from the figures of the row."""
+
+    def explain(self, rows: Sequence[Mapping[str, Any]]) -> list[Explanation]:
+        return [self._explain(row) for row in rows]
+
+    def _explain(self, row: Mapping[str, Any]) -> Explanation:
+        verdict, score = row["verdict"], row["score"]
+        head_en = f"Verdict: {verdict.replace('_', ' ')} (score {score}/100)."
+        head_ar = f"الحكم: {_VERDICT_AR[verdict]} (النتيجة {score} من 100)."
+        parts = [_benchmark_sentences(row), _market_average_sentences(row), _detail_sentences(row)]
+        flags = risk_flags(row)
+        en = [head_en] + [s for p in parts for s in p[0]]
+        ar = [head_ar] + [s for p in parts for s in p[1]]
+        if flags:
+            en.append("Risks: " + "; ".join(_FLAG_TEXT[f][0] for f in flags) + ".")
+            ar.append("المخاطر: " + "؛ ".join(_FLAG_TEXT[f][1] for f in flags) + ".")
+        factors = [parts[0][0][0]] + parts[1][0] + _key_factors(row)
+        return Explanation(" ".join(en), " ".join(ar), factors, flags)

@@ -1,0 +1,62 @@
+"""A JSON decision request -> a validated one-row request frame, or RequestValidationError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from pydantic import ValidationError
+
+from pipeline.engine.models import DecisionRequest
+from pipeline.engine.rules import violations
+from pipeline.engine.schema import REQUEST_SCHEMA
+from pipeline.errors import RequestValidationError
+
+_TYPE_WORDS = {
+    "float_type": "a number",
+    "int_type": "a number",
+    "bool_type": "a boolean (true or false)",
+    "string_type": "a string",
+    "model_type": "an object",
+    "dict_type": "an object",
+    "model_attributes_type": "an object",
+}
+
+
+def parse_request(body: bytes | str | dict[str, Any]) -> DecisionRequest:
+    """Parse a request body; structural and JSON-type errors become RequestValidationError."""
+    try:
+        if isinstance(body, dict):
+            return DecisionRequest.model_validate(body)
+        return DecisionRequest.model_validate_json(body)
+    except ValidationError as exc:
+        raise _translate(exc) from None
+
+
+def _translate(exc: ValidationError) -> RequestValidationError:
+    error = exc.errors(include_url=False, include_input=False)[0]
+    path = ".".join(str(part) for part in error["loc"]) or "body"
+    kind = error["type"]
+    if kind == "missing":
+        return RequestValidationError(path, f"{path} is required")
+    if kind in _TYPE_WORDS:
+        return RequestValidationError(path, f"{path} must be {_TYPE_WORDS[kind]}")
+    if kind == "json_invalid":
+        return RequestValidationError("body", f"the request body is not valid JSON: {error['msg']}")
+    return RequestValidationError(path, f"{path}: {error['msg']}")
+
+
+def request_frame(request: DecisionRequest) -> pl.DataFrame:
+    """The one-row request frame of a parsed request."""
+    row = {**request.property.model_dump(), **request.location.model_dump()}
+    row["reasoning"] = request.reasoning
+    return pl.DataFrame([row], schema=REQUEST_SCHEMA)
+
+
+def validated_frame(request: DecisionRequest) -> pl.DataFrame:
+    """The request frame, after the value rules; raises RequestValidationError on the first."""
+    frame = request_frame(request)
+    problem = violations(frame).row(0, named=True)
+    if problem["error_field"] is not None:
+        raise RequestValidationError(problem["error_field"], problem["error_message"])
+    return frame

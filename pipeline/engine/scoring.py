@@ -1,0 +1,289 @@
+"""The scoring formulas: four buckets, the overall score and the verdict (docs/scoring.md).
+
+The only implementation. It runs over a request frame to which `benchmarks.attach_benchmarks`
+has added the market figures; a single request is a frame of one row.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import polars as pl
+
+# Weights of the buckets in the overall score; they sum to 1.
+WEIGHTS: dict[str, float] = {"price": 0.40, "location": 0.20, "size": 0.25, "details": 0.15}
+
+# Verdict bands of the spec, and the same bands for a bucket's status.
+MATCH_FROM = 70
+PARTIAL_FROM = 40
+
+# Price per m2 against the benchmark percentiles: score at each anchor, linear in between.
+PRICE_AT_P25 = 100.0
+PRICE_AT_MEDIAN = 75.0
+PRICE_AT_P75 = 50.0
+PRICE_ZERO_AT_P75_TIMES = 1.5  # 50% above the 75th percentile scores 0
+PRICE_WITHOUT_BENCHMARK = 50.0
+
+# Location: demand from the number of deeds, trend from the year-over-year change.
+DEMAND_FULL_AT_DEEDS = 1000  # log scale: 10 deeds -> 33, 100 -> 67, 1000 -> 100
+TREND_POINTS_PER_PCT = 5.0  # 50 at 0% yoy; +10% -> 100, -10% -> 0
+DEMAND_WEIGHT = 0.6
+CITY_LEVEL_FACTOR = 0.9  # a city-wide benchmark says less about this address
+LOCATION_WITHOUT_BENCHMARK = 30.0
+
+# Size: price per m2 against the market average for the type in the city.
+SIZE_ANCHORS = ((0.8, 100.0), (1.0, 75.0), (1.3, 40.0), (1.8, 0.0))
+SIZE_WITHOUT_AVERAGE = 50.0
+UNUSUAL_AREA_PENALTY = 20.0
+# Plausible total area in m2 per type; outside it the listing is likely mistyped.
+AREA_RANGE: dict[str, tuple[float, float]] = {
+    "apartment": (25, 800),
+    "villa": (120, 5000),
+    "land": (100, 1_000_000),
+    "commercial": (15, 100_000),
+    "office": (10, 50_000),
+}
+
+SCORE_COLUMNS: tuple[str, ...] = (
+    "price_per_sqm",
+    "price_score",
+    "price_status",
+    "location_score",
+    "location_status",
+    "size_score",
+    "size_status",
+    "details_score",
+    "details_status",
+    "score",
+    "verdict",
+)
+
+
+def _clip(expr: pl.Expr) -> pl.Expr:
+    return expr.clip(0.0, 100.0)
+
+
+def _round_score(expr: pl.Expr) -> pl.Expr:
+    # Half up, the way an analyst rounds by hand (polars rounds half to even).
+    return (expr + 0.5).floor().cast(pl.Int64)
+
+
+def _linear(x: pl.Expr, x0: pl.Expr | float, x1: pl.Expr | float, y0: float, y1: float) -> pl.Expr:
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def _ppsqm() -> pl.Expr:
+    return pl.col("price") / pl.col("area")
+
+
+def price_bucket() -> pl.Expr:
+    """Price per m2 against the benchmark's p25 / median / p75; never rises with price."""
+    ppsqm = _ppsqm()
+    p25, median, p75 = (pl.col(f"benchmark_{k}_sqm") for k in ("p25", "median", "p75"))
+    zero_at = p75 * PRICE_ZERO_AT_P75_TIMES
+    score = (
+        pl.when(median.is_null())
+        .then(PRICE_WITHOUT_BENCHMARK)
+        .when(ppsqm <= p25)
+        .then(PRICE_AT_P25)
+        .when(ppsqm <= median)
+        .then(_linear(ppsqm, p25, median, PRICE_AT_P25, PRICE_AT_MEDIAN))
+        .when(ppsqm <= p75)
+        .then(_linear(ppsqm, median, p75, PRICE_AT_MEDIAN, PRICE_AT_P75))
+        .otherwise(_linear(ppsqm, p75, zero_at, PRICE_AT_P75, 0.0))
+    )
+    return _clip(score)
+
+
+def location_bucket() -> pl.Expr:
+    """Demand (deeds traded) and trend (year-over-year change) of the benchmark's area."""
+    count = pl.col("benchmark_transaction_count").cast(pl.Float64)
+    demand = _clip(100.0 * count.clip(1.0).log10() / pl.lit(DEMAND_FULL_AT_DEEDS).log10())
+    trend = _clip(50.0 + TREND_POINTS_PER_PCT * pl.col("benchmark_yoy_pct")).fill_null(50.0)
+    blended = DEMAND_WEIGHT * demand + (1 - DEMAND_WEIGHT) * trend
+    level = pl.col("benchmark_level")
+    return (
+        pl.when(level.is_null())
+        .then(LOCATION_WITHOUT_BENCHMARK)
+        .when(level == "city")
+        .then(blended * CITY_LEVEL_FACTOR)
+        .otherwise(blended)
+    )
+
+
+def _piecewise(x: pl.Expr, anchors: tuple[tuple[float, float], ...]) -> pl.Expr:
+    (x_first, y_first), *_ = anchors
+    expr = pl.when(x <= x_first).then(y_first)
+    for (x0, y0), (x1, y1) in pairwise(anchors):
+        expr = expr.when(x <= x1).then(_linear(x, x0, x1, y0, y1))
+    return expr.otherwise(anchors[-1][1])
+
+
+def area_is_unusual() -> pl.Expr:
+    area, kind = pl.col("area"), pl.col("type")
+    unusual = pl.lit(False)
+    for type_name, (low, high) in AREA_RANGE.items():
+        unusual = pl.when(kind == type_name).then((area < low) | (area > high)).otherwise(unusual)
+    return unusual
+
+
+def size_bucket() -> pl.Expr:
+    """Price per m2 against the market average for the property type in the city."""
+    ratio = _ppsqm() / pl.col("market_avg_sqm")
+    score = (
+        pl.when(pl.col("market_avg_sqm").is_null())
+        .then(SIZE_WITHOUT_AVERAGE)
+        .otherwise(_piecewise(ratio, SIZE_ANCHORS))
+    )
+    return _clip(score - pl.when(area_is_unusual()).then(UNUSUAL_AREA_PENALTY).otherwise(0.0))
+
+
+def _points(condition: pl.Expr, points: float) -> pl.Expr:
+    return pl.when(condition).then(points).otherwise(0.0)
+
+
+def _age_points() -> pl.Expr:
+    age = pl.col("age")
+    return (
+        pl.when(age.is_null())
+        .then(-5.0)
+        .when(age <= 5)
+        .then(20.0)
+        .when(age <= 10)
+        .then(10.0)
+        .when(age <= 20)
+        .then(0.0)
+        .when(age <= 30)
+        .then(-15.0)
+        .otherwise(-25.0)
+    )
+
+
+def _yes_no_points(column: str, yes: float, no: float, unknown: float) -> pl.Expr:
+    value = pl.col(column)
+    return pl.when(value.is_null()).then(unknown).when(value).then(yes).otherwise(no)
+
+
+def _bathroom_points() -> pl.Expr:
+    baths, beds = pl.col("bathrooms"), pl.col("bedrooms")
+    enough = baths >= pl.max_horizontal(pl.lit(1.0), beds.fill_null(0.0) / 2)
+    return pl.when(baths.is_null()).then(-5.0).when(enough).then(5.0).otherwise(-5.0)
+
+
+def _details_apartment() -> pl.Expr:
+    floor, beds = pl.col("floor"), pl.col("bedrooms")
+    floor_points = (
+        pl.when(floor.is_null()).then(-3.0).when(floor == 0).then(-5.0).when(floor <= 8).then(5.0)
+    ).otherwise(0.0)
+    bed_points = pl.when(beds.is_null()).then(-5.0).when(beds >= 1).then(5.0).otherwise(0.0)
+    return (
+        55.0
+        + _age_points()
+        + floor_points
+        + bed_points
+        + _bathroom_points()
+        + _yes_no_points("parking", 10.0, -10.0, -3.0)
+        + _points(pl.col("furnished").fill_null(False), 5.0)
+    )
+
+
+def _details_villa() -> pl.Expr:
+    beds = pl.col("bedrooms")
+    bed_points = (
+        pl.when(beds.is_null()).then(-5.0).when(beds < 3).then(-10.0).when(beds <= 7).then(10.0)
+    ).otherwise(5.0)
+    return (
+        55.0
+        + _age_points()
+        + bed_points
+        + _bathroom_points()
+        + _yes_no_points("parking", 5.0, -10.0, -3.0)
+    )
+
+
+def _details_land() -> pl.Expr:
+    # Land has no building: only the plot itself. Below 200 m2 is under the usual minimum
+    # residential plot in Saudi cities.
+    return 70.0 - _points(pl.col("area") < 200, 15.0)
+
+
+def _details_commercial() -> pl.Expr:
+    floor = pl.col("floor")
+    floor_points = (
+        pl.when(floor.is_null()).then(-3.0).when(floor == 0).then(15.0).when(floor == 1).then(0.0)
+    ).otherwise(-10.0)
+    return 55.0 + _age_points() + floor_points + _yes_no_points("parking", 15.0, -15.0, -5.0)
+
+
+def _details_office() -> pl.Expr:
+    return (
+        55.0
+        + _age_points()
+        + _yes_no_points("parking", 10.0, -10.0, -3.0)
+        + _points(pl.col("furnished").fill_null(False), 5.0)
+    )
+
+
+def details_bucket() -> pl.Expr:
+    """Type-specific factors: what matters for an apartment is not what matters for land."""
+    kind = pl.col("type")
+    return _clip(
+        pl.when(kind == "apartment")
+        .then(_details_apartment())
+        .when(kind == "villa")
+        .then(_details_villa())
+        .when(kind == "land")
+        .then(_details_land())
+        .when(kind == "commercial")
+        .then(_details_commercial())
+        .otherwise(_details_office())
+    )
+
+
+def status(score: pl.Expr) -> pl.Expr:
+    return (
+        pl.when(score >= MATCH_FROM)
+        .then(pl.lit("pass"))
+        .when(score >= PARTIAL_FROM)
+        .then(pl.lit("warn"))
+        .otherwise(pl.lit("fail"))
+    )
+
+
+def verdict(score: pl.Expr) -> pl.Expr:
+    return (
+        pl.when(score >= MATCH_FROM)
+        .then(pl.lit("match"))
+        .when(score >= PARTIAL_FROM)
+        .then(pl.lit("partial"))
+        .otherwise(pl.lit("no_match"))
+    )
+
+
+def _bucket_expressions() -> list[pl.Expr]:
+    return [
+        _round_score(price_bucket()).alias("price_score"),
+        _round_score(location_bucket()).alias("location_score"),
+        _round_score(size_bucket()).alias("size_score"),
+        _round_score(details_bucket()).alias("details_score"),
+    ]
+
+
+def _overall() -> pl.Expr:
+    # From the rounded bucket scores, so an analyst can recompute it from the sheet.
+    weighted = sum(WEIGHTS[name] * pl.col(f"{name}_score") for name in WEIGHTS)
+    return _round_score(weighted)
+
+
+_BUCKETS = _bucket_expressions()
+_STATUSES = [status(pl.col(f"{name}_score")).alias(f"{name}_status") for name in WEIGHTS]
+_OVERALL = _overall().alias("score")
+
+
+def score_frame(frame: pl.DataFrame) -> pl.DataFrame:
+    """Add price_per_sqm, the four buckets with their statuses, the score and the verdict."""
+    return (
+        frame.with_columns(_ppsqm().round(2).alias("price_per_sqm"), *_BUCKETS)
+        .with_columns(*_STATUSES, _OVERALL)
+        .with_columns(verdict(pl.col("score")).alias("verdict"))
+    )
