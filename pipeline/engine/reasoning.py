@@ -135,7 +135,8 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     )
     ar = (
         f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {side_ar} بنسبة {abs(diff):.0f}% "
-        f"من الوسيط البالغ {_sar(median)} ريال للمتر في {_place_ar(row)} (بيانات {year}، {count:,} صفقة)، {band_ar}."
+        f"من الوسيط البالغ {_sar(median)} ريال للمتر في {_place_ar(row)} "
+        f"(بيانات {year}، {count:,} صفقة)، {band_ar}."
     )
     sentences_en, sentences_ar = [en], [ar]
     yoy = row.get("benchmark_yoy_pct")
