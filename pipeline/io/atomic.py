@@ -1,0 +1,88 @@
+"""Write a file under a temporary name beside its destination and rename it into place.
+
+A crash or an error mid-way never leaves a half-written file under the final name, and an
+existing file there stays as it was until the new one is complete. The rename is `os.replace`,
+atomic on POSIX and on Windows within one volume, which is why the temporary file lives in the
+destination's own directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from pipeline.errors import OutputError
+
+__all__ = ["atomic_path", "scratch_dir"]
+
+
+def describe_os_error(path: Path, exc: OSError) -> OutputError:
+    """Our error for an OS failure on `path`, with what to try."""
+    reason = exc.strerror or str(exc)
+    hint = ""
+    if isinstance(exc, PermissionError):
+        hint = "; close the file if it is open in Excel or another program, and check permissions"
+    elif isinstance(exc, IsADirectoryError):
+        hint = "; the output path is a directory, give a file name"
+    elif isinstance(exc, NotADirectoryError | FileExistsError):
+        hint = "; a part of the output path is a file, not a directory"
+    return OutputError(f"{path}: cannot write the output ({reason}){hint}")
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; when the block ends cleanly, move it onto `path`.
+
+    Parent directories are created. On any exception the temporary file is removed and the
+    destination is left untouched; an `OSError` becomes `OutputError` naming `path`.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Created here (mode 0o666 less the umask) so the final file gets ordinary permissions;
+        # the writer then overwrites it.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _remove_quietly(tmp)
+        raise describe_os_error(path, exc) from exc
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def scratch_dir(path: Path) -> Iterator[Path]:
+    """A hidden working directory beside `path` for a writer's parts, always removed after.
+
+    Beside the output rather than in the system temp directory: an XLSX's uncompressed sheet
+    can be several times the size of the file, and /tmp is often a small RAM disk.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".parts", dir=path.parent))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()

@@ -1,0 +1,79 @@
+"""Writing a run's output: one entry point, the format chosen by the file extension.
+
+    .xlsx            workbook with Results, Rejects and Summary sheets (xlsx_writer)
+    .csv             results only, UTF-8 with BOM (csv_writer); rejects via write_rejects_csv
+    .parquet / .pq   results only, snappy (parquet_writer)
+
+Every writer goes through a temporary file renamed into place, so the output is either the
+complete new file or whatever was there before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.batch.summary import RunSummary
+from pipeline.errors import UsageError
+from pipeline.io.csv_writer import write_csv, write_rejects_csv
+from pipeline.io.parquet_writer import write_parquet
+from pipeline.io.xlsx_writer import XLSX_MAX_DATA_ROWS, check_xlsx_capacity, write_xlsx
+
+__all__ = [
+    "OUTPUT_FORMATS",
+    "XLSX_MAX_DATA_ROWS",
+    "check_output_capacity",
+    "output_format",
+    "write_output",
+    "write_rejects_csv",
+]
+
+OUTPUT_FORMATS = {".xlsx": "xlsx", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def output_format(path: Path) -> str:
+    """'xlsx', 'csv' or 'parquet' for `path`; UsageError for any other extension."""
+    suffix = Path(path).suffix.lower()
+    try:
+        return OUTPUT_FORMATS[suffix]
+    except KeyError:
+        raise UsageError(
+            f"{path}: cannot write '{suffix or '(no extension)'}' files; "
+            "name the output .xlsx, .csv, .parquet or .pq"
+        ) from None
+
+
+def check_output_capacity(path: Path, rows: int) -> None:
+    """Refuse, before anything is charged, an output that cannot hold `rows` data rows.
+
+    Raises UsageError for an unknown extension and TooManyRowsError when an .xlsx output would
+    need more than 1,048,575 data rows.
+    """
+    if output_format(path) == "xlsx":
+        check_xlsx_capacity(path, rows)
+
+
+def write_output(
+    path: Path,
+    results: pl.DataFrame,
+    *,
+    rejects: pl.DataFrame,
+    summary: RunSummary,
+    changes: pl.DataFrame | None = None,
+    csv_bom: bool = True,
+) -> None:
+    """Write `results` (input columns as text, then RESULT_SCHEMA) to `path`.
+
+    Only the workbook carries `rejects`, `summary` and `changes`; for CSV and Parquet the
+    caller writes the rejects beside the output (`write_rejects_csv`). Raises OutputError
+    naming the path when the file cannot be written.
+    """
+    path = Path(path)
+    kind = output_format(path)
+    if kind == "xlsx":
+        write_xlsx(path, results, rejects=rejects, summary=summary, changes=changes)
+    elif kind == "csv":
+        write_csv(path, results, bom=csv_bom)
+    else:
+        write_parquet(path, results)

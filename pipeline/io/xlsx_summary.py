@@ -1,0 +1,153 @@
+"""The Summary sheet: the run's label/value lines, counts by verdict (with a chart) and by
+status, and, when given, the rows whose verdict changed since the last run.
+
+Everything is written top to bottom because the workbook streams rows (constant_memory).
+Shares are stored as numbers, not formulas, so the workbook holds no formula at all.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from xlsxwriter.workbook import Workbook
+from xlsxwriter.worksheet import Worksheet
+
+from pipeline.batch.summary import RunSummary
+from pipeline.io.xlsx_styles import TONE_OF_VALUE, Formats
+from pipeline.io.xlsx_text import has_arabic, looks_like_formula
+
+SHEET = "Summary"
+CHANGES_TITLE = "Changed since last run"
+EXCEL_LAST_ROW = 1_048_575  # zero-based index of Excel's last row
+CHART_COLOURS = {"good": "#63BE7B", "neutral": "#FFC000", "bad": "#F8696B"}
+
+
+class _Cursor:
+    """The next free row; rows only ever move down."""
+
+    def __init__(self) -> None:
+        self.row = 0
+
+    def take(self) -> int:
+        self.row += 1
+        return self.row - 1
+
+    def skip(self) -> None:
+        self.row += 1
+
+
+def write_summary_sheet(
+    workbook: Workbook,
+    sheet: Worksheet,
+    formats: Formats,
+    summary: RunSummary,
+    changes: pl.DataFrame | None,
+) -> None:
+    sheet.set_column(0, 0, 30)
+    sheet.set_column(1, 1, 70)
+    sheet.set_column(2, 3, 14)
+    at = _Cursor()
+    sheet.write_string(at.take(), 0, "Run summary", formats.title)
+    for label, value in summary.lines():
+        _write_value_row(sheet, formats, at.take(), label, value)
+
+    at.skip()
+    verdict_rows = _write_counts(sheet, formats, at, "Verdict", summary.counts_by_verdict)
+    if verdict_rows and sum(summary.counts_by_verdict.values()) > 0:
+        _insert_verdict_chart(workbook, sheet, verdict_rows, list(summary.counts_by_verdict))
+
+    at.skip()
+    _write_counts(sheet, formats, at, "Status", summary.counts_by_status)
+
+    if changes is not None:
+        at.skip()
+        _write_changes(sheet, formats, at, changes)
+
+
+def _write_value_row(
+    sheet: Worksheet, formats: Formats, row: int, label: str, value: object
+) -> None:
+    sheet.write_string(row, 0, label)
+    if value is None:
+        return
+    if isinstance(value, bool):
+        sheet.write_boolean(row, 1, value)
+    elif isinstance(value, int | float):
+        sheet.write_number(row, 1, value)
+    else:
+        _write_text(sheet, formats, row, 1, str(value))
+
+
+def _write_text(sheet: Worksheet, formats: Formats, row: int, col: int, text: str) -> None:
+    if text:
+        sheet.write_string(
+            row, col, text, formats.text.pick(has_arabic(text), looks_like_formula(text))
+        )
+
+
+def _write_counts(
+    sheet: Worksheet, formats: Formats, at: _Cursor, title: str, counts: dict[str, int]
+) -> tuple[int, int] | None:
+    """A small table title | rows | share; returns its first and last data row."""
+    header = at.take()
+    for col, name in enumerate((title, "Rows", "Share")):
+        sheet.write_string(header, col, name, formats.header)
+    total = sum(counts.values())
+    if not counts:
+        sheet.write_string(at.take(), 0, "none")
+        return None
+    first = at.row
+    for value, count in counts.items():
+        row = at.take()
+        tone = TONE_OF_VALUE.get(value)
+        sheet.write_string(row, 0, value, formats.tones[tone] if tone else None)
+        sheet.write_number(row, 1, count)
+        if total:
+            sheet.write_number(row, 2, count / total, formats.share)
+    row = at.take()
+    sheet.write_string(row, 0, "Total", formats.header)
+    sheet.write_number(row, 1, total, formats.header)
+    return first, at.row - 2
+
+
+def _insert_verdict_chart(
+    workbook: Workbook, sheet: Worksheet, rows: tuple[int, int], verdicts: list[str]
+) -> None:
+    first, last = rows
+    chart = workbook.add_chart({"type": "pie"})
+    chart.add_series(
+        {
+            "name": "Verdicts",
+            "categories": [SHEET, first, 0, last, 0],
+            "values": [SHEET, first, 1, last, 1],
+            "data_labels": {"percentage": True, "category": True, "position": "best_fit"},
+            "points": [
+                {"fill": {"color": CHART_COLOURS[TONE_OF_VALUE.get(v, "neutral")]}}
+                for v in verdicts
+            ],
+        }
+    )
+    chart.set_title({"name": "Verdicts of scored rows"})
+    chart.set_legend({"position": "right"})
+    sheet.insert_chart(first - 1, 4, chart, {"x_scale": 1.0, "y_scale": 1.0})
+
+
+def _write_changes(sheet: Worksheet, formats: Formats, at: _Cursor, changes: pl.DataFrame) -> None:
+    sheet.write_string(at.take(), 0, CHANGES_TITLE, formats.title)
+    header = at.take()
+    for col, name in enumerate(("Row", "Old verdict", "New verdict")):
+        sheet.write_string(header, col, name, formats.header)
+    if changes.height == 0:
+        sheet.write_string(at.take(), 0, "no verdict changed")
+        return
+    frame = changes.select("row_number", "old_verdict", "new_verdict")
+    room = EXCEL_LAST_ROW - at.row  # keep the last row for the "more" line
+    for row_number, old, new in frame.head(room).iter_rows():
+        row = at.take()
+        if row_number is not None:
+            sheet.write_number(row, 0, row_number)
+        for col, verdict in ((1, old), (2, new)):
+            if verdict:
+                tone = TONE_OF_VALUE.get(verdict)
+                sheet.write_string(row, col, verdict, formats.tones[tone] if tone else None)
+    if frame.height > room:
+        sheet.write_string(at.take(), 0, f"{frame.height - room:,} more changes not shown")

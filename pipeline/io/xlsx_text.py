@@ -1,0 +1,69 @@
+"""Making a frame's values safe and faithful as Excel cells.
+
+Excel holds at most 32,767 UTF-16 code units in a cell; longer text is cut with a visible
+marker instead of xlsxwriter's silent truncation. NaN and infinity have no cell form, so they
+become blank. Other dtypes than String and numbers (dates, booleans) are written as their text.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+EXCEL_MAX_CHARS = 32_767
+TRUNCATION_MARKER = " …[truncated: Excel holds at most 32,767 characters in a cell]"
+
+# Text starting with one of these would be read as a formula if typed into Excel.
+FORMULA_FIRST = frozenset("=+-@\t\r")
+ARABIC = re.compile("[\u0600-\u06ff]")
+
+
+def has_arabic(text: str) -> bool:
+    return not text.isascii() and ARABIC.search(text) is not None
+
+
+def looks_like_formula(text: str) -> bool:
+    return text[:1] in FORMULA_FIRST
+
+
+def fit_excel_text(text: str) -> str:
+    """`text`, cut with a marker when it is longer than an Excel cell holds."""
+    if len(text) <= EXCEL_MAX_CHARS // 2 or _utf16_len(text) <= EXCEL_MAX_CHARS:
+        return text
+    room = EXCEL_MAX_CHARS - len(TRUNCATION_MARKER)
+    cut = text[:room]
+    while _utf16_len(cut) > room:
+        cut = cut[: room - (_utf16_len(cut) - room)]
+    return cut + TRUNCATION_MARKER
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def prepare_for_excel(frame: pl.DataFrame) -> pl.DataFrame:
+    """A copy of `frame` whose every value can be written as one cell, with vectorised work.
+
+    Numeric columns stay numeric with NaN/inf blanked; String columns keep their text (cut only
+    past Excel's limit); any other dtype becomes its text form.
+    """
+    exprs: list[pl.Expr] = []
+    long_text: list[str] = []
+    text_columns = [n for n, dt in frame.schema.items() if dt == pl.String]
+    if text_columns and frame.height:
+        longest = frame.select(pl.col(text_columns).str.len_chars().max().fill_null(0)).row(0)
+        long_text = [n for n, m in zip(text_columns, longest, strict=True) if m > 16_383]
+    for name, dtype in frame.schema.items():
+        col = pl.col(name)
+        if dtype.is_float():
+            exprs.append(pl.when(col.is_finite()).then(col).otherwise(None).alias(name))
+        elif dtype.is_decimal():
+            exprs.append(col.cast(pl.Float64))
+        elif name in long_text:
+            exprs.append(col.map_elements(fit_excel_text, return_dtype=pl.String))
+        elif dtype == pl.String or dtype.is_integer():
+            continue
+        else:
+            exprs.append(col.cast(pl.String))
+    return frame.with_columns(exprs) if exprs else frame
