@@ -1,0 +1,208 @@
+"""CSV and other delimited text, as customers' tools write it.
+
+Encoding, unless the caller names one:
+
+- a byte-order mark decides: UTF-8 (with BOM), UTF-16 LE/BE (Excel's "Unicode text");
+- without a BOM, NUL bytes in every other position mean UTF-16 (LE or BE);
+- otherwise UTF-8 if the bytes are valid UTF-8;
+- otherwise Windows-1256 (the CSV encoding of Arabic Excel) if, decoded that way, most non-ASCII
+  characters are Arabic letters; otherwise an InputError suggesting ``--encoding``.
+
+A legacy single-byte file whose non-ASCII text is not Arabic (e.g. Latin-1) is therefore refused
+rather than guessed; ``encoding="latin-1"`` reads it.
+
+Separator: a first line ``sep=X`` (Excel's hint) names it; otherwise the candidate among comma,
+semicolon, tab and pipe that occurs outside double quotes in the header line, preferring one whose
+count is the same on the next lines, then the most frequent, then that order.
+
+UTF-8 input is handed to polars as the file (no copy); other encodings are decoded in Python and
+re-encoded as UTF-8 bytes first. All cells are read as text (``infer_schema=False``).
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.errors import InputError
+
+SNIFF_BYTES = 64 * 1024
+SNIFF_LINES = 20
+SEPARATORS = (",", ";", "\t", "|")
+ENCODING_HINT = "try --encoding cp1256 (Arabic Windows), --encoding utf-16 or --encoding latin-1"
+
+
+def read_csv(
+    path: Path, *, encoding: str | None = None
+) -> tuple[list[str | None], pl.DataFrame, dict[str, str]]:
+    """The header cells, the data rows (positional column names) and how the file was read."""
+    with path.open("rb") as fh:
+        head = fh.read(SNIFF_BYTES)
+    codec = _codec_name(path, encoding) if encoding else _detect_encoding(path, head)
+
+    if codec in ("utf-8", "utf-8-sig"):
+        text_head = head.decode("utf-8", errors="ignore").lstrip("\ufeff")
+        source: Path | bytes = path
+    else:
+        data = _decode(path, path.read_bytes(), codec)
+        text_head = data[:SNIFF_BYTES]
+        source = data.encode("utf-8")
+
+    separator, skip = _sniff_separator(text_head, default="\t" if path.suffix == ".tsv" else ",")
+    try:
+        raw = _polars_read(source, separator, skip)
+    except pl.exceptions.ComputeError as exc:
+        if "utf-8" in str(exc).lower() and encoding is None and isinstance(source, Path):
+            # Valid UTF-8 at the start, invalid later: decide on the whole file.
+            content = path.read_bytes()
+            codec = _detect_encoding(path, content)
+            raw = _polars_read(_decode(path, content, codec).encode("utf-8"), separator, skip)
+        else:
+            raise _translate(path, exc, separator, source, skip) from exc
+
+    if raw.height == 0:
+        raise InputError(f"{path}: has no header row (the first line names the columns)")
+    headers = list(raw.row(0))
+    return headers, raw.slice(1), {"encoding": codec, "separator": separator}
+
+
+def _polars_read(source: Path | bytes, separator: str, skip: int) -> pl.DataFrame:
+    try:
+        return pl.read_csv(
+            source,
+            has_header=False,
+            separator=separator,
+            infer_schema=False,
+            skip_lines=skip,
+            raise_if_empty=False,
+        )
+    except pl.exceptions.NoDataError:
+        return pl.DataFrame()
+
+
+def _translate(
+    path: Path, exc: Exception, separator: str, source: Path | bytes, skip: int
+) -> InputError:
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "utf-8" in message.lower():
+        return InputError(f"{path}: is not valid UTF-8 text; {ENCODING_HINT}")
+    if "more fields" in message:
+        where = _first_long_record(source, separator, skip)
+        return InputError(
+            f"{path}: {where} (separator {separator!r}); "
+            "quote values that contain the separator, or give every column a header"
+        )
+    return InputError(f"{path}: cannot be read as CSV ({message})")
+
+
+def _first_long_record(source: Path | bytes, separator: str, skip: int) -> str:
+    """Which record is longer than the header, found with the csv module (error path only)."""
+    if isinstance(source, Path):
+        text = source.read_text(encoding="utf-8-sig", errors="replace")
+    else:
+        text = source.decode("utf-8")
+    records = csv.reader(io.StringIO(text, newline=""), delimiter=separator)
+    width = None
+    for number, record in enumerate(records, start=1):
+        if number <= skip:
+            continue
+        if width is None:
+            width = len(record)
+        elif len(record) > width:
+            row, line = number - skip - 1, records.line_num
+            return f"row {row} (line {line}) has {len(record)} fields but the header line {width}"
+    return "a row has more fields than the header line"
+
+
+def _codec_name(path: Path, encoding: str) -> str:
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        raise InputError(
+            f"{path}: unknown encoding {encoding!r}; use a name such as utf-8, cp1256, utf-16"
+        ) from None
+
+
+def _detect_encoding(path: Path, head: bytes) -> str:
+    if head.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    sample = head[:4096]
+    if b"\x00" in sample:
+        even, odd = sample[0::2].count(0), sample[1::2].count(0)
+        if odd > len(sample) // 4 and even == 0:
+            return "utf-16-le"
+        if even > len(sample) // 4 and odd == 0:
+            return "utf-16-be"
+        raise InputError(f"{path}: contains NUL bytes and is not text; is it really a CSV file?")
+    try:
+        head.decode("utf-8")
+        return "utf-8"
+    except UnicodeDecodeError as exc:
+        if exc.start >= len(head) - 3 and exc.reason == "unexpected end of data":
+            return "utf-8"  # the sample cut a character in two
+    if _looks_arabic_cp1256(head):
+        return "cp1256"
+    raise InputError(
+        f"{path}: is not UTF-8 text and its encoding is not recognised; {ENCODING_HINT}"
+    )
+
+
+def _looks_arabic_cp1256(data: bytes) -> bool:
+    non_ascii = [ch for ch in data.decode("cp1256", errors="replace") if ord(ch) > 127]
+    arabic = sum(1 for ch in non_ascii if "\u0600" <= ch <= "\u06ff")
+    return bool(non_ascii) and arabic / len(non_ascii) >= 0.6
+
+
+def _decode(path: Path, data: bytes, codec: str) -> str:
+    try:
+        return data.decode(codec).lstrip("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: cannot be decoded as {codec} (byte {exc.start}: {exc.reason}); "
+            f"{ENCODING_HINT}"
+        ) from None
+
+
+def _sniff_separator(text: str, *, default: str) -> tuple[str, int]:
+    """The separator and how many leading lines to skip (1 after a ``sep=X`` line)."""
+    first_line = text.split("\n", 1)[0].rstrip("\r")
+    if first_line.lower().startswith("sep=") and len(first_line) == 5:
+        return first_line[4], 1
+    records = _count_outside_quotes(text, SNIFF_LINES)
+    if not records:
+        return default, 0
+    header, rest = records[0], records[1:-1] or records[1:]
+
+    def rank(sep: str) -> tuple[bool, int, int]:
+        consistent = all(r[sep] == header[sep] for r in rest)
+        return (header[sep] > 0 and consistent, header[sep], -SEPARATORS.index(sep))
+
+    best = max(SEPARATORS, key=rank)
+    return (best if header[best] > 0 else default), 0
+
+
+def _count_outside_quotes(text: str, max_records: int) -> list[dict[str, int]]:
+    """Per record (line, quotes respected), how often each candidate separator occurs."""
+    records: list[dict[str, int]] = []
+    counts = dict.fromkeys(SEPARATORS, 0)
+    quoted = False
+    for ch in text:
+        if ch == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch == "\n":
+            records.append(counts)
+            if len(records) == max_records:
+                return records
+            counts = dict.fromkeys(SEPARATORS, 0)
+        elif ch in counts:
+            counts[ch] += 1
+    records.append(counts)
+    return records

@@ -1,0 +1,215 @@
+"""Read an input table (CSV, XLSX, Parquet) into a frame of text cells.
+
+The reader is chosen by the file's extension, and the file's first bytes must agree with it: an
+XLSX workbook is a zip archive (``PK\\x03\\x04``), a Parquet file starts and ends with ``PAR1``,
+an old Excel 97-2003 workbook (and an encrypted XLSX) is an OLE2 file (``D0 CF 11 E0``). A file
+whose content contradicts its extension is refused with an InputError that says what it is.
+
+Every reader returns the same shape of frame, so later steps never care about the format:
+
+- every column is ``pl.String``; normalisation decides what a cell means, and the original text
+  is what gets written back;
+- headers are kept exactly as written, except that a byte-order mark is removed, an empty header
+  becomes ``column_N`` (N is the 1-based position) and a repeated header gets the suffix
+  ``_2``, ``_3``, ... on its second, third, ... occurrence (a suffix already taken by another
+  header is skipped);
+- an empty or whitespace-only cell is null;
+- rows keep their order and none is dropped, except trailing rows in which every cell is null
+  (a spreadsheet's formatted-but-empty tail, a CSV's trailing blank lines); a column with an
+  empty header and no value at all is dropped for the same reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.errors import InputError
+from pipeline.io import csv_reader, parquet_reader, xlsx_reader
+
+__all__ = ["SUPPORTED_EXTENSIONS", "ReadResult", "read_table", "read_table_with_info"]
+
+CSV_EXTENSIONS = (".csv", ".txt", ".tsv")
+XLSX_EXTENSIONS = (".xlsx", ".xlsm")
+PARQUET_EXTENSIONS = (".parquet", ".pq")
+SUPPORTED_EXTENSIONS = CSV_EXTENSIONS + XLSX_EXTENSIONS + PARQUET_EXTENSIONS
+
+ZIP_MAGIC = b"PK\x03\x04"
+OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+PARQUET_MAGIC = b"PAR1"
+
+SAVE_AS_XLSX = "open it in Excel and use File > Save As > Excel Workbook (.xlsx)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadResult:
+    """A read table and how it was read (for the run summary and for error messages)."""
+
+    frame: pl.DataFrame
+    format: str  # csv | xlsx | parquet
+    encoding: str | None = None  # CSV: the encoding used
+    separator: str | None = None  # CSV: the field separator used
+    sheet: str | None = None  # XLSX: the sheet read
+    renamed_headers: dict[str, str] | None = None  # final name -> header as written
+
+
+def read_table(
+    path: Path, *, encoding: str | None = None, sheet: str | int | None = None
+) -> pl.DataFrame:
+    """Read ``path`` as a frame of text cells (see the module docstring for the guarantees)."""
+    return read_table_with_info(path, encoding=encoding, sheet=sheet).frame
+
+
+def read_table_with_info(
+    path: Path, *, encoding: str | None = None, sheet: str | int | None = None
+) -> ReadResult:
+    """Like :func:`read_table`, also saying which encoding, separator or sheet was used.
+
+    ``encoding`` applies to CSV only (any codec name Python knows, e.g. ``cp1256``,
+    ``utf-16``); ``sheet`` to XLSX only: a sheet name, or a 0-based position (an int, or a
+    string of digits that names no sheet).
+    """
+    path = Path(path)
+    kind = _kind_for(path)
+    if kind == "csv":
+        headers, frame, details = csv_reader.read_csv(path, encoding=encoding)
+    elif kind == "xlsx":
+        headers, frame, details = xlsx_reader.read_xlsx(path, sheet=sheet)
+    else:
+        headers, frame, details = parquet_reader.read_parquet(path)
+    frame, renamed = finish_frame(headers, frame)
+    if frame.width == 0:
+        raise InputError(f"{path}: has no header row (the first non-empty row names the columns)")
+    return ReadResult(frame=frame, format=kind, renamed_headers=renamed or None, **details)
+
+
+def _kind_for(path: Path) -> str:
+    """The reader for ``path``, after checking that the file exists and its bytes agree."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if not path.is_file():
+        raise InputError(f"{path}: is not a file")
+    size = path.stat().st_size
+    if size == 0:
+        raise InputError(f"{path}: the file is empty")
+    with path.open("rb") as fh:
+        head = fh.read(8)
+        fh.seek(max(size - 4, 0))
+        tail = fh.read(4)
+    looks_like = _describe(head, tail)
+    ext = path.suffix.lower()
+
+    if ext in XLSX_EXTENSIONS:
+        if head.startswith(ZIP_MAGIC):
+            return "xlsx"
+        if head.startswith(OLE2_MAGIC):
+            raise InputError(
+                f"{path}: is an old-format Excel 97-2003 workbook or a password-protected one, "
+                f"not an XLSX workbook; remove the password or {SAVE_AS_XLSX}"
+            )
+        raise InputError(f"{path}: named {ext} but is {looks_like}; {_rename_hint(looks_like)}")
+    if ext == ".xls":
+        if head.startswith(ZIP_MAGIC):
+            raise InputError(f"{path}: is an XLSX workbook named .xls; rename it to .xlsx")
+        if head.startswith(OLE2_MAGIC):
+            raise InputError(
+                f"{path}: old-format Excel 97-2003 workbooks (.xls) are not supported; "
+                f"{SAVE_AS_XLSX}"
+            )
+        raise InputError(f"{path}: named .xls but is {looks_like}; {_rename_hint(looks_like)}")
+    if ext in PARQUET_EXTENSIONS:
+        if head.startswith(PARQUET_MAGIC) and tail == PARQUET_MAGIC:
+            return "parquet"
+        if head.startswith(PARQUET_MAGIC):
+            raise InputError(f"{path}: is a truncated Parquet file (no PAR1 footer)")
+        raise InputError(f"{path}: named {ext} but is {looks_like}; {_rename_hint(looks_like)}")
+    if ext in CSV_EXTENSIONS:
+        if looks_like == "text":
+            return "csv"
+        raise InputError(f"{path}: named {ext} but is {looks_like}; {_rename_hint(looks_like)}")
+    raise InputError(
+        f"{path}: unsupported file type {ext or '(no extension)'!r} (the content looks like "
+        f"{looks_like}); supported: {', '.join(SUPPORTED_EXTENSIONS)}"
+    )
+
+
+def _describe(head: bytes, tail: bytes) -> str:
+    if head.startswith(ZIP_MAGIC):
+        return "an XLSX workbook (zip archive)"
+    if head.startswith(OLE2_MAGIC):
+        return "an old-format Excel 97-2003 (.xls) or password-protected workbook"
+    if head.startswith(PARQUET_MAGIC) and tail == PARQUET_MAGIC:
+        return "a Parquet file"
+    return "text"
+
+
+def _rename_hint(looks_like: str) -> str:
+    if looks_like == "text":
+        return "if it is CSV or tab-separated text, rename it to .csv"
+    if looks_like.startswith("an XLSX"):
+        return "if it is an Excel workbook, rename it to .xlsx"
+    if looks_like.startswith("a Parquet"):
+        return "rename it to .parquet"
+    return SAVE_AS_XLSX
+
+
+def unique_headers(headers: list[str | None]) -> tuple[list[str], dict[str, str]]:
+    """Final column names for ``headers``, and the renamed ones (new name -> as written).
+
+    A BOM is removed; an empty or whitespace-only header becomes ``column_N`` (1-based
+    position); the k-th occurrence (k >= 2) of a repeated header becomes ``header_k``, skipping
+    a suffix some other header already uses. Renaming is deterministic and leaves every header
+    that needs no renaming exactly as written.
+    """
+    cleaned = [(h or "").replace("\ufeff", "") for h in headers]
+    taken = {h for h in cleaned if h.strip()}
+    seen: dict[str, int] = {}
+    names: list[str] = []
+    renamed: dict[str, str] = {}
+    for position, header in enumerate(cleaned, start=1):
+        if not header.strip():
+            name = f"column_{position}"
+            while name in taken or name in names:
+                name += "_"
+        elif header in seen:
+            count = seen[header] + 1
+            while f"{header}_{count}" in taken or f"{header}_{count}" in names:
+                count += 1
+            seen[header] = count
+            name = f"{header}_{count}"
+        else:
+            seen[header] = 1
+            names.append(header)
+            continue
+        names.append(name)
+        renamed[name] = header
+    return names, renamed
+
+
+def finish_frame(
+    headers: list[str | None], frame: pl.DataFrame
+) -> tuple[pl.DataFrame, dict[str, str]]:
+    """Apply the shared guarantees to a reader's raw frame (columns in header order)."""
+    blank = r"^\s*$"
+    frame = frame.with_columns(
+        pl.when(pl.col(c).str.contains(blank)).then(None).otherwise(pl.col(c)).alias(c)
+        for c in frame.columns
+    )
+    names, renamed = unique_headers(headers)
+    frame.columns = names
+    empty = [
+        name
+        for name, header in zip(names, headers, strict=True)
+        if not (header or "").replace("\ufeff", "").strip()
+        and frame[name].null_count() == frame.height
+    ]
+    if empty:
+        frame = frame.drop(empty)
+        renamed = {k: v for k, v in renamed.items() if k not in empty}
+    if frame.width and frame.height:
+        filled = frame.select(pl.any_horizontal(pl.all().is_not_null()).alias("filled"))["filled"]
+        last = filled.arg_true()
+        frame = frame.head(int(last[-1]) + 1 if len(last) else 0)
+    return frame, renamed

@@ -1,0 +1,83 @@
+"""XLSX / XLSM workbooks through fastexcel (calamine), every cell as text.
+
+fastexcel's ``dtypes="string"`` turns each cell into text the way a user reads it: whole numbers
+without a decimal point (1500000, not 1500000.0), other numbers with at most 9 decimal places,
+booleans as ``true``/``false``, dates and times as ISO ``YYYY-MM-DD HH:MM:SS``. Error cells
+(``#N/A``, ``#DIV/0!``) become null. Two artefacts of that conversion are undone here:
+
+- a datetime at midnight becomes the date alone (``2024-05-01``), which is what a date cell shows;
+- a number of 10^8 or more with a fraction prints binary noise in its 9 decimals
+  (99999999.99 -> ``99999999.989999995``); such text is re-printed as the shortest decimal that
+  reads back as the same double (``99999999.99``).
+
+The table starts at the sheet's first non-empty row and column (calamine's range); that first row
+holds the headers. Formulas are read as their cached values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import fastexcel
+import polars as pl
+
+from pipeline.errors import InputError
+
+MIDNIGHT = r"^(\d{4}-\d{2}-\d{2}) 00:00:00$"
+FLOAT_NOISE = r"^-?\d{8,}\.\d{9}$"
+
+
+def read_xlsx(
+    path: Path, *, sheet: str | int | None = None
+) -> tuple[list[str | None], pl.DataFrame, dict[str, str]]:
+    """The header cells, the data rows (positional column names) and the sheet read."""
+    try:
+        workbook = fastexcel.read_excel(path)
+    except fastexcel.FastExcelError as exc:
+        raise InputError(
+            f"{path}: cannot be read as an XLSX workbook ({_first_line(exc)})"
+        ) from exc
+    index = _sheet_index(path, workbook.sheet_names, sheet)
+    name = workbook.sheet_names[index]
+    try:
+        raw = workbook.load_sheet(index, header_row=None, dtypes="string").to_polars()
+    except fastexcel.FastExcelError as exc:
+        raise InputError(f"{path}: sheet {name!r} cannot be read ({_first_line(exc)})") from exc
+    if raw.height == 0:
+        raise InputError(f"{path}: sheet {name!r} is empty")
+    raw = raw.with_columns(_tidy(pl.col(c)) for c in raw.columns)
+    headers = list(raw.row(0))
+    return headers, raw.slice(1), {"sheet": name}
+
+
+def _sheet_index(path: Path, names: list[str], sheet: str | int | None) -> int:
+    if sheet is None:
+        return 0
+    if isinstance(sheet, str):
+        if sheet in names:
+            return names.index(sheet)
+        if not sheet.strip().isdigit():
+            raise InputError(
+                f"{path}: has no sheet named {sheet!r}; its sheets are "
+                f"{', '.join(repr(n) for n in names)}"
+            )
+        sheet = int(sheet)
+    if not 0 <= sheet < len(names):
+        raise InputError(
+            f"{path}: has no sheet at position {sheet} (0-based); it has {len(names)} sheet(s): "
+            f"{', '.join(repr(n) for n in names)}"
+        )
+    return sheet
+
+
+def _tidy(cell: pl.Expr) -> pl.Expr:
+    shortest = cell.cast(pl.Float64, strict=False).cast(pl.String)
+    return (
+        pl.when(cell.str.contains(FLOAT_NOISE))
+        .then(shortest.str.replace(r"\.0$", ""))
+        .otherwise(cell.str.replace(MIDNIGHT, "$1"))
+    )
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
