@@ -1,0 +1,156 @@
+"""The `decisions` command: parses options and calls the library, nothing more."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pipeline.errors import LedgerError, PipelineError, RequestValidationError
+from pipeline.settings import Settings, db_path, load_settings
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def _ledger(args: argparse.Namespace, settings: Settings):  # noqa: ANN202 - SqliteLedger
+    from pipeline.ledger.sqlite import SqliteLedger
+
+    path = db_path(args.db) if args.db else settings.resolve(settings.ledger.db)
+    ledger = SqliteLedger(path)
+    ledger.ensure_workspace(settings.ledger.workspace, settings.ledger.initial_balance)
+    return ledger
+
+
+def _workspace(args: argparse.Namespace, settings: Settings) -> str:
+    return args.workspace or settings.ledger.workspace
+
+
+def _print_json(value: object) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+# -- decide ----------------------------------------------------------------------------------
+
+
+def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.decisions import DecisionDesk
+    from pipeline.engine.benchmarks import BenchmarkTable
+    from pipeline.engine.engine import Engine
+
+    body = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
+    engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
+    desk = DecisionDesk(engine, _ledger(args, settings))
+    try:
+        response = desk.decide(
+            body, workspace=_workspace(args, settings), idempotency_key=args.idempotency_key
+        )
+    except (RequestValidationError, LedgerError) as exc:
+        _print_json(exc.body())
+        return exc.exit_code
+    _print_json(response)
+    return 0
+
+
+# -- workspace -------------------------------------------------------------------------------
+
+
+def _show(workspace: object) -> None:
+    _print_json({"workspace": workspace.name, "balance": workspace.balance})  # type: ignore[attr-defined]
+
+
+def cmd_workspace_create(args: argparse.Namespace, settings: Settings) -> int:
+    _show(_ledger(args, settings).create_workspace(args.name, args.balance))
+    return 0
+
+
+def cmd_workspace_topup(args: argparse.Namespace, settings: Settings) -> int:
+    _show(_ledger(args, settings).topup(args.name, args.amount))
+    return 0
+
+
+def cmd_workspace_show(args: argparse.Namespace, settings: Settings) -> int:
+    _show(_ledger(args, settings).workspace(args.name))
+    return 0
+
+
+# -- benchmarks ------------------------------------------------------------------------------
+
+
+def cmd_benchmarks_build(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.engine.benchmarks_build import build
+
+    sources = Path(args.sources) if args.sources else settings.root.parent / "shared" / "data"
+    report = build(sources, Path(args.out))
+    print(report)
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------------
+
+
+def _add_ledger_options(parser: argparse.ArgumentParser, workspace: bool = False) -> None:
+    parser.add_argument("--db", help="ledger: a SQLite path or sqlite:///PATH (env DECISIONS_DB)")
+    if workspace:
+        parser.add_argument("--workspace", help="workspace to charge (default: the local one)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="decisions", description="Property decisions: score listings against the market."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    decide = commands.add_parser("decide", help="evaluate one request body (JSON) and charge it")
+    decide.add_argument("request", help="REQUEST.json, or - for standard input")
+    decide.add_argument("--idempotency-key", help="replay instead of charging twice")
+    _add_ledger_options(decide, workspace=True)
+    decide.set_defaults(handler=cmd_decide)
+
+    workspace = commands.add_parser("workspace", help="decision balances")
+    ws = workspace.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = ws.add_parser("create", help="create a workspace with an opening balance")
+    create.add_argument("name")
+    create.add_argument("--balance", type=int, required=True)
+    create.set_defaults(handler=cmd_workspace_create)
+    topup = ws.add_parser("topup", help="add decisions to a workspace")
+    topup.add_argument("name")
+    topup.add_argument("amount", type=int)
+    topup.set_defaults(handler=cmd_workspace_topup)
+    show = ws.add_parser("show", help="print a workspace's balance")
+    show.add_argument("name")
+    show.set_defaults(handler=cmd_workspace_show)
+    for sub in (create, topup, show):
+        _add_ledger_options(sub)
+
+    benchmarks = commands.add_parser("benchmarks", help="market benchmark tables")
+    bm = benchmarks.add_subparsers(dest="action", required=True, metavar="ACTION")
+    build = bm.add_parser("build", help="build the benchmark table from the official files")
+    build.add_argument("--out", required=True, help="benchmarks.csv to write")
+    build.add_argument("sources", nargs="?", help="folder of the official files (../shared/data)")
+    build.set_defaults(handler=cmd_benchmarks_build)
+
+    from pipeline.batch.cli import add_score_command
+
+    add_score_command(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings()
+        handler: Handler = args.handler
+        return handler(args, settings)
+    except PipelineError as exc:
+        print(f"decisions: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("decisions: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

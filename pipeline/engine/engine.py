@@ -1,0 +1,81 @@
+"""The decision engine: market benchmarks, scoring and reasoning over a request frame.
+
+No balance here: charging is the ledger's job (`pipeline.decisions`). The batch path calls
+`score` on a whole validated frame; the single-request path calls `evaluate`, which runs the
+same `score` on a frame of one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks
+from pipeline.engine.models import DecisionRequest
+from pipeline.engine.reasoning import Explanation, Reasoner, TemplateReasoner
+from pipeline.engine.request import validated_frame
+from pipeline.engine.scoring import score_frame
+
+# Bump when a formula or threshold changes: stored results of another version are stale.
+FORMULA_VERSION = "1"
+
+BENCHMARK_FIELDS = ("median_sqm", "p25_sqm", "p75_sqm", "year", "transaction_count", "yoy_pct")
+
+
+class Engine:
+    def __init__(self, benchmarks: BenchmarkTable, reasoner: Reasoner | None = None) -> None:
+        self.benchmarks = benchmarks
+        self.reasoner: Reasoner = reasoner or TemplateReasoner()
+
+    @classmethod
+    def default(cls) -> Engine:
+        return cls(BenchmarkTable.default())
+
+    @property
+    def version(self) -> str:
+        """Formula and benchmark version; part of every result's fingerprint."""
+        return f"formula-{FORMULA_VERSION}+benchmarks-{self.benchmarks.version}"
+
+    def score(self, requests: pl.DataFrame) -> pl.DataFrame:
+        """Valid request rows in, the same rows out with benchmark and score columns added."""
+        return score_frame(attach_benchmarks(requests, self.benchmarks))
+
+    def explain(self, scored: pl.DataFrame) -> list[Explanation]:
+        return self.reasoner.explain(scored.to_dicts())
+
+    def evaluate(self, request: DecisionRequest) -> dict[str, Any]:
+        """The response body of one request, without the two balance fields."""
+        scored = self.score(validated_frame(request))
+        row = scored.row(0, named=True)
+        explanation = self.explain(scored)[0] if request.reasoning else None
+        return decision_body(row, explanation)
+
+
+def benchmark_body(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    if row.get("benchmark_level") is None:
+        return None
+    return {name: row[f"benchmark_{name}"] for name in BENCHMARK_FIELDS}
+
+
+def decision_body(row: Mapping[str, Any], explanation: Explanation | None) -> dict[str, Any]:
+    """The spec's response body (section 2.2) from a scored row, balance fields excluded."""
+    body: dict[str, Any] = {
+        "verdict": row["verdict"],
+        "score": row["score"],
+        "breakdown": {
+            bucket: {"score": row[f"{bucket}_score"], "status": row[f"{bucket}_status"]}
+            for bucket in ("price", "location", "size", "details")
+        },
+        "price_per_sqm": row["price_per_sqm"],
+        "benchmark": benchmark_body(row),
+    }
+    if explanation is not None:
+        body["reasoning"] = {
+            "reasoning_en": explanation.reasoning_en,
+            "reasoning_ar": explanation.reasoning_ar,
+            "key_factors": explanation.key_factors,
+            "risk_flags": explanation.risk_flags,
+        }
+    return body

@@ -1,0 +1,61 @@
+"""The decision balance: what any storage behind it must do.
+
+The service, `decisions decide` and the batch pipeline speak only to this interface; SQLite is
+the embedded implementation and PostgreSQL can be added beside it without touching them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Workspace:
+    name: str
+    balance: int
+
+
+@dataclass(frozen=True)
+class ChargeRequest:
+    cost: int
+    idempotency_key: str | None = None
+    fingerprint: str | None = None  # sha256 of the canonical request body
+    key_prefix: str | None = None  # display prefix of the API key that asked, for the audit
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A charge made now, or the earlier charge of the same idempotency key (`replayed`)."""
+
+    entry_id: int
+    cost: int
+    balance_after: int
+    replayed: bool = False
+    response: str | None = None  # the stored response body of a replayed, completed request
+
+
+class Ledger(Protocol):
+    def create_workspace(self, name: str, balance: int) -> Workspace: ...
+
+    def ensure_workspace(self, name: str, balance: int) -> Workspace: ...
+
+    def workspace(self, name: str) -> Workspace: ...
+
+    def topup(self, name: str, amount: int) -> Workspace: ...
+
+    def charge(self, workspace: str, request: ChargeRequest) -> Charge:
+        """Take `cost` from the balance atomically, or raise InsufficientDecisions.
+
+        With an idempotency key already charged: the earlier charge comes back with
+        `replayed=True` and nothing is taken (IdempotencyKeyReused for another fingerprint,
+        RequestInProgress while the first is still running)."""
+        ...
+
+    def charge_many(self, workspace: str, requests: list[ChargeRequest]) -> list[Charge | None]:
+        """Charge in order in one transaction; None from the first that the balance cannot pay."""
+        ...
+
+    def complete(self, workspace: str, idempotency_key: str, response: str | None) -> None: ...
+
+    def refund(self, entry_id: int, reason: str) -> Workspace: ...

@@ -1,0 +1,296 @@
+"""The decision balance in a SQLite file: WAL mode, every change in an IMMEDIATE transaction.
+
+The balance column carries CHECK (balance >= 0), so even a bug cannot make it negative. Every
+change of a balance writes an entry with the balance after it: the audit trail a workspace
+owner reconciles (the sum of the entries equals the balance).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pipeline.errors import (
+    IdempotencyKeyReused,
+    InsufficientDecisions,
+    LedgerError,
+    RequestInProgress,
+    UnknownWorkspace,
+    UsageError,
+)
+from pipeline.ledger.base import Charge, ChargeRequest, Workspace
+
+# An in-flight request older than this is taken to have died (a killed process): its charge
+# stands and is replayed, never repeated.
+STALE_IN_FLIGHT_S = 120.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS workspaces (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    balance INTEGER NOT NULL CHECK (balance >= 0),
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS entries (
+    id INTEGER PRIMARY KEY,
+    workspace_id INTEGER NOT NULL REFERENCES workspaces(id),
+    kind TEXT NOT NULL CHECK (kind IN ('opening', 'topup', 'charge', 'refund')),
+    amount INTEGER NOT NULL,
+    balance_after INTEGER NOT NULL,
+    idempotency_key TEXT,
+    fingerprint TEXT,
+    key_prefix TEXT,
+    note TEXT,
+    refund_of INTEGER UNIQUE REFERENCES entries(id),
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_by_workspace ON entries(workspace_id, id);
+CREATE TABLE IF NOT EXISTS idempotency (
+    workspace_id INTEGER NOT NULL REFERENCES workspaces(id),
+    key TEXT NOT NULL,
+    fingerprint TEXT,
+    entry_id INTEGER NOT NULL REFERENCES entries(id),
+    state TEXT NOT NULL CHECK (state IN ('in_flight', 'done')),
+    response TEXT,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (workspace_id, key)
+);
+"""
+
+
+class SqliteLedger:
+    def __init__(self, path: Path | str, *, stale_in_flight_s: float = STALE_IN_FLIGHT_S) -> None:
+        self.path = Path(path)
+        self.stale_in_flight_s = stale_in_flight_s
+        self._local = threading.local()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._connection().executescript(_SCHEMA)
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            try:
+                db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=FULL")
+                db.execute("PRAGMA foreign_keys=ON")
+            except sqlite3.Error as exc:
+                raise UsageError(f"cannot open the ledger database {self.path}: {exc}") from exc
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        else:
+            db.execute("COMMIT")
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    # -- workspaces --------------------------------------------------------------------------
+
+    def _row(self, db: sqlite3.Connection, name: str) -> tuple[int, int]:
+        row = db.execute("SELECT id, balance FROM workspaces WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise UnknownWorkspace(f"no workspace named {name!r} in {self.path}")
+        return row
+
+    def create_workspace(self, name: str, balance: int) -> Workspace:
+        if balance < 0:
+            raise UsageError("a workspace balance cannot be negative")
+        with self._transaction() as db:
+            if db.execute("SELECT 1 FROM workspaces WHERE name = ?", (name,)).fetchone():
+                raise UsageError(f"workspace {name!r} already exists in {self.path}")
+            self._insert_workspace(db, name, balance)
+        return Workspace(name, balance)
+
+    def ensure_workspace(self, name: str, balance: int) -> Workspace:
+        with self._transaction() as db:
+            row = db.execute("SELECT balance FROM workspaces WHERE name = ?", (name,)).fetchone()
+            if row is not None:
+                return Workspace(name, row[0])
+            self._insert_workspace(db, name, balance)
+        return Workspace(name, balance)
+
+    def _insert_workspace(self, db: sqlite3.Connection, name: str, balance: int) -> None:
+        now = time.time()
+        cursor = db.execute(
+            "INSERT INTO workspaces (name, balance, created_at) VALUES (?, ?, ?)",
+            (name, balance, now),
+        )
+        self._entry(db, cursor.lastrowid, "opening", balance, balance, note="opening balance")
+
+    def workspace(self, name: str) -> Workspace:
+        _, balance = self._row(self._connection(), name)
+        return Workspace(name, balance)
+
+    def topup(self, name: str, amount: int) -> Workspace:
+        if amount <= 0:
+            raise UsageError("a top-up must be a positive number of decisions")
+        with self._transaction() as db:
+            workspace_id, balance = self._row(db, name)
+            balance += amount
+            db.execute("UPDATE workspaces SET balance = ? WHERE id = ?", (balance, workspace_id))
+            self._entry(db, workspace_id, "topup", amount, balance)
+        return Workspace(name, balance)
+
+    def entries(self, name: str) -> list[dict[str, object]]:
+        db = self._connection()
+        workspace_id, _ = self._row(db, name)
+        cursor = db.execute(
+            "SELECT id, kind, amount, balance_after, idempotency_key, fingerprint, key_prefix,"
+            " note, refund_of, created_at FROM entries WHERE workspace_id = ? ORDER BY id",
+            (workspace_id,),
+        )
+        columns = [c[0] for c in cursor.description]
+        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+    # -- charges -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _entry(
+        db: sqlite3.Connection,
+        workspace_id: int | None,
+        kind: str,
+        amount: int,
+        balance_after: int,
+        request: ChargeRequest | None = None,
+        note: str | None = None,
+        refund_of: int | None = None,
+    ) -> int:
+        cursor = db.execute(
+            "INSERT INTO entries (workspace_id, kind, amount, balance_after, idempotency_key,"
+            " fingerprint, key_prefix, note, refund_of, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                workspace_id,
+                kind,
+                amount,
+                balance_after,
+                request.idempotency_key if request else None,
+                request.fingerprint if request else None,
+                request.key_prefix if request else None,
+                note,
+                refund_of,
+                time.time(),
+            ),
+        )
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    def _earlier(
+        self, db: sqlite3.Connection, workspace_id: int, request: ChargeRequest
+    ) -> Charge | None:
+        if request.idempotency_key is None:
+            return None
+        row = db.execute(
+            "SELECT i.fingerprint, i.state, i.response, i.created_at, e.id, e.amount,"
+            " e.balance_after FROM idempotency i JOIN entries e ON e.id = i.entry_id"
+            " WHERE i.workspace_id = ? AND i.key = ?",
+            (workspace_id, request.idempotency_key),
+        ).fetchone()
+        if row is None:
+            return None
+        fingerprint, state, response, created_at, entry_id, amount, balance_after = row
+        if fingerprint != request.fingerprint:
+            raise IdempotencyKeyReused(
+                "this Idempotency-Key was already used with a different request body; "
+                "use a new key for a new request"
+            )
+        if state == "in_flight" and time.time() - created_at < self.stale_in_flight_s:
+            raise RequestInProgress(
+                "a request with this Idempotency-Key is still in progress; retry shortly"
+            )
+        return Charge(entry_id, -amount, balance_after, replayed=True, response=response)
+
+    def _charge_in(
+        self, db: sqlite3.Connection, workspace_id: int, balance: int, request: ChargeRequest
+    ) -> Charge:
+        if request.cost <= 0:
+            raise LedgerError("a charge must cost at least one decision")
+        if balance < request.cost or balance == 0:
+            raise InsufficientDecisions(required=request.cost, balance=balance)
+        balance -= request.cost
+        db.execute("UPDATE workspaces SET balance = ? WHERE id = ?", (balance, workspace_id))
+        entry_id = self._entry(db, workspace_id, "charge", -request.cost, balance, request)
+        if request.idempotency_key is not None:
+            db.execute(
+                "INSERT INTO idempotency (workspace_id, key, fingerprint, entry_id, state,"
+                " created_at) VALUES (?, ?, ?, ?, 'in_flight', ?)",
+                (workspace_id, request.idempotency_key, request.fingerprint, entry_id, time.time()),
+            )
+        return Charge(entry_id, request.cost, balance)
+
+    def charge(self, workspace: str, request: ChargeRequest) -> Charge:
+        with self._transaction() as db:
+            workspace_id, balance = self._row(db, workspace)
+            earlier = self._earlier(db, workspace_id, request)
+            if earlier is not None:
+                return earlier
+            return self._charge_in(db, workspace_id, balance, request)
+
+    def charge_many(self, workspace: str, requests: list[ChargeRequest]) -> list[Charge | None]:
+        results: list[Charge | None] = []
+        with self._transaction() as db:
+            workspace_id, balance = self._row(db, workspace)
+            for request in requests:
+                earlier = self._earlier(db, workspace_id, request)
+                if earlier is not None:
+                    results.append(earlier)
+                    continue
+                try:
+                    charge = self._charge_in(db, workspace_id, balance, request)
+                except InsufficientDecisions:
+                    break
+                balance = charge.balance_after
+                results.append(charge)
+        return results + [None] * (len(requests) - len(results))
+
+    def complete(self, workspace: str, idempotency_key: str, response: str | None) -> None:
+        self.complete_many(workspace, [(idempotency_key, response)])
+
+    def complete_many(self, workspace: str, outcomes: list[tuple[str, str | None]]) -> None:
+        with self._transaction() as db:
+            workspace_id, _ = self._row(db, workspace)
+            db.executemany(
+                "UPDATE idempotency SET state = 'done', response = ?"
+                " WHERE workspace_id = ? AND key = ?",
+                [(response, workspace_id, key) for key, response in outcomes],
+            )
+
+    def refund(self, entry_id: int, reason: str) -> Workspace:
+        """Give back a charge whose request failed; its idempotency key becomes free again."""
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT e.workspace_id, e.amount, w.name, w.balance FROM entries e"
+                " JOIN workspaces w ON w.id = e.workspace_id WHERE e.id = ? AND e.kind = 'charge'",
+                (entry_id,),
+            ).fetchone()
+            if row is None:
+                raise LedgerError(f"no charge with entry id {entry_id}")
+            workspace_id, amount, name, balance = row
+            if db.execute("SELECT 1 FROM entries WHERE refund_of = ?", (entry_id,)).fetchone():
+                return Workspace(name, balance)  # refunded already
+            balance -= amount  # amount is negative for a charge
+            db.execute("UPDATE workspaces SET balance = ? WHERE id = ?", (balance, workspace_id))
+            self._entry(
+                db, workspace_id, "refund", -amount, balance, note=reason, refund_of=entry_id
+            )
+            db.execute("DELETE FROM idempotency WHERE entry_id = ?", (entry_id,))
+        return Workspace(name, balance)
