@@ -114,7 +114,9 @@ def _first_long_record(source: Path | bytes, separator: str, skip: int) -> str:
             width = len(record)
         elif len(record) > width:
             row, line = number - skip - 1, records.line_num
-            return f"row {row} (line {line}) has {len(record)} fields but the header line {width}"
+            return (
+                f"row {row} (line {line}) has {len(record)} fields but the header line has {width}"
+            )
     return "a row has more fields than the header line"
 
 

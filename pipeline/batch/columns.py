@@ -1,0 +1,265 @@
+"""Which input header feeds which request field.
+
+Aliases live in ``configs/columns.toml``; a ``--config`` TOML file can replace a field's aliases
+(``[aliases]``) or name its header outright (``[columns]``; an empty string says the file has no
+such column). Other tables of that file are left to their owners.
+
+A header matches a field when its normalised form equals one of the field's normalised aliases
+(see :func:`header_key`); failing that, when it does after its bracketed parts and trailing unit
+words are removed (:func:`loose_header_key`). Headers named under ``[columns]`` take no part in
+alias matching. Two headers matching one field is an error: the mapping would be a guess.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.engine.schema import REQUEST_SCHEMA
+from pipeline.errors import InputError, MissingColumnError, UsageError
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "MAPPED_FIELDS",
+    "REQUIRED_FIELDS",
+    "ColumnConfig",
+    "ColumnMap",
+    "header_key",
+    "load_column_config",
+    "loose_header_key",
+    "map_columns",
+]
+
+DEFAULT_CONFIG = Path(__file__).parents[2] / "configs" / "columns.toml"
+
+# Every request field a spreadsheet column can feed (reasoning is a run option, not a column).
+MAPPED_FIELDS: tuple[str, ...] = tuple(f for f in REQUEST_SCHEMA if f != "reasoning")
+# Required by the spec: property.type, property.price, property.area, location.city.
+REQUIRED_FIELDS: tuple[str, ...] = ("type", "price", "area", "city")
+
+_ARABIC_MARKS = re.compile("[\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0640]")
+_LETTER_VARIANTS = str.maketrans(
+    {
+        "أ": "ا",
+        "إ": "ا",
+        "آ": "ا",
+        "ٱ": "ا",
+        "ة": "ه",
+        "ى": "ي",
+        **{chr(0x0660 + d): str(d) for d in range(10)},
+        **{chr(0x06F0 + d): str(d) for d in range(10)},
+    }
+)
+_BRACKETED = re.compile(r"\([^)]*\)|\[[^\]]*\]|\{[^}]*\}")
+# Unit words a header may end with, per field whose values are in that unit. Only these are
+# removed, so "Price m2" (a price per m2) never loosely matches price.
+_UNIT_WORDS: dict[str, tuple[str, ...]] = {
+    "price": ("sar", "sr", "riyal", "riyals", "in sar", "ريال", "بالريال", "ر س", "رس"),
+    "area": (
+        "m2", "sqm", "sq m", "in m2", "square meters", "square metres",
+        "م2", "م", "متر", "متر مربع", "بالمتر", "بالمتر المربع",
+    ),
+    "age": ("years", "year", "yrs", "in years", "سنه", "سنوات", "بالسنوات"),
+}  # fmt: skip
+_TRAILING_UNIT = {
+    name: re.compile(
+        r"(?:^|\s)(?:" + "|".join(re.escape(w) for w in sorted(words, key=len)[::-1]) + r")$"
+    )
+    for name, words in _UNIT_WORDS.items()
+}
+# A header that speaks of a rate ("price per m2", "السعر لكل متر") is never matched loosely.
+_RATE = re.compile(r"/|\bper\b|لكل|للمتر")
+
+
+def header_key(header: str) -> str:
+    """A header reduced to what matters for matching.
+
+    NFKC (so ``m²`` is ``m2``), case-folded; BOM, bidi marks, Arabic diacritics and tatweel
+    removed; alef, ta marbuta and alef maqsura variants unified; Arabic-Indic digits made ASCII;
+    every run of characters that are not letters or digits (spaces, punctuation, brackets,
+    underscores) becomes one space; trimmed.
+    """
+    text = unicodedata.normalize("NFKC", header).casefold()
+    text = _ARABIC_MARKS.sub("", text).translate(_LETTER_VARIANTS)
+    kept = [ch if unicodedata.category(ch)[0] in "LN" else " " for ch in text]
+    return " ".join("".join(kept).split())
+
+
+def loose_header_key(header: str, name: str) -> str | None:
+    """:func:`header_key` without bracketed parts and trailing unit words of field ``name``.
+
+    None when the header names a rate ("per", "/", "لكل"), which must match an alias exactly.
+    """
+    if _RATE.search(header_key(header)) or "/" in header:
+        return None
+    key = header_key(_BRACKETED.sub(" ", header))
+    trailing = _TRAILING_UNIT.get(name)
+    while trailing is not None:
+        shorter = trailing.sub("", key).strip()
+        if shorter == key:
+            break
+        key = shorter
+    return key or None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColumnConfig:
+    """Aliases per field, and headers named outright (field -> header; "" = no such column)."""
+
+    aliases: Mapping[str, tuple[str, ...]]
+    explicit: Mapping[str, str] = field(default_factory=dict)
+    source: Path | None = None
+
+
+@dataclass(frozen=True)
+class ColumnMap:
+    """Request field -> input header (None when the file has no column for it)."""
+
+    fields: Mapping[str, str | None]
+
+    def __getitem__(self, name: str) -> str | None:
+        return self.fields[name]
+
+    @property
+    def mapped(self) -> dict[str, str]:
+        """Only the fields that have a column."""
+        return {f: h for f, h in self.fields.items() if h is not None}
+
+
+def load_column_config(path: Path | None = None) -> ColumnConfig:
+    """The default aliases, overridden by ``path``'s ``[aliases]`` and ``[columns]`` tables."""
+    defaults = _read_toml(DEFAULT_CONFIG)
+    aliases = _aliases(defaults.get("aliases", {}), DEFAULT_CONFIG)
+    missing = [f for f in MAPPED_FIELDS if f not in aliases]
+    if missing:
+        raise UsageError(f"{DEFAULT_CONFIG}: [aliases] has no list for {', '.join(missing)}")
+    explicit: dict[str, str] = {}
+    if path is not None:
+        override = _read_toml(path)
+        aliases.update(_aliases(override.get("aliases", {}), path))
+        explicit = _explicit(override.get("columns", {}), path)
+    _check_aliases_distinct(aliases, path or DEFAULT_CONFIG)
+    return ColumnConfig(aliases=aliases, explicit=explicit, source=path)
+
+
+def map_columns(headers: list[str], config: ColumnConfig, *, source: str) -> ColumnMap:
+    """Map every request field to at most one of ``headers`` (``source`` names the file)."""
+    result: dict[str, str | None] = dict.fromkeys(MAPPED_FIELDS)
+    claimed: set[str] = set()
+    for name, wanted in config.explicit.items():
+        if wanted == "":
+            continue
+        header = _find_explicit(headers, wanted)
+        if header is None:
+            raise InputError(
+                f"{source}: the configuration maps field '{name}' to header {wanted!r}, which "
+                f"the file does not have; the file has {_quoted(headers)}"
+            )
+        result[name] = header
+        claimed.add(header)
+
+    by_key = {header_key(a): f for f, names in config.aliases.items() for a in names}
+    candidates: dict[str, list[str]] = {}
+    for header in headers:
+        if header in claimed:
+            continue
+        matched = by_key.get(header_key(header)) or _loose_match(header, by_key)
+        if matched is not None and matched not in config.explicit:
+            candidates.setdefault(matched, []).append(header)
+
+    for name, found in candidates.items():
+        if len(found) > 1:
+            raise UsageError(
+                f"{source}: {len(found)} headers match field '{name}' ({_quoted(found)}); "
+                f"keep one, or say which to use in a --config file: "
+                f'[columns] {name} = "{found[0]}"'
+            )
+        result[name] = found[0]
+
+    for name in REQUIRED_FIELDS:
+        if result[name] is None:
+            raise MissingColumnError(source, name, list(config.aliases[name]), list(headers))
+    return ColumnMap(result)
+
+
+def _loose_match(header: str, by_key: Mapping[str, str]) -> str | None:
+    for name in MAPPED_FIELDS:
+        key = loose_header_key(header, name)
+        if key is not None and by_key.get(key) == name:
+            return name
+    return None
+
+
+def _find_explicit(headers: list[str], wanted: str) -> str | None:
+    if wanted in headers:
+        return wanted
+    matches = [h for h in headers if header_key(h) == header_key(wanted)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _quoted(items: list[str]) -> str:
+    return ", ".join(repr(i) for i in items)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with Path(path).open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: configuration file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _aliases(table: object, path: Path) -> dict[str, tuple[str, ...]]:
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: [aliases] must be a table of field = [header, ...]")
+    result: dict[str, tuple[str, ...]] = {}
+    for name, names in table.items():
+        _check_field(name, path, "aliases")
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise UsageError(f"{path}: [aliases] {name} must be a list of non-empty strings")
+        result[name] = tuple(names)
+    return result
+
+
+def _explicit(table: object, path: Path) -> dict[str, str]:
+    if not isinstance(table, dict):
+        raise UsageError(f'{path}: [columns] must be a table of field = "header"')
+    result: dict[str, str] = {}
+    for name, header in table.items():
+        _check_field(name, path, "columns")
+        if not isinstance(header, str):
+            raise UsageError(f'{path}: [columns] {name} must be a header name in quotes ("...")')
+        if header == "" and name in REQUIRED_FIELDS:
+            raise UsageError(f"{path}: [columns] {name} is required and cannot be left unmapped")
+        result[name] = header
+    headers = [h for h in result.values() if h]
+    repeated = sorted({h for h in headers if headers.count(h) > 1})
+    if repeated:
+        raise UsageError(f"{path}: [columns] maps header(s) {_quoted(repeated)} to two fields")
+    return result
+
+
+def _check_field(name: str, path: Path, table: str) -> None:
+    if name not in MAPPED_FIELDS:
+        raise UsageError(
+            f"{path}: [{table}] has unknown field {name!r}; fields are {', '.join(MAPPED_FIELDS)}"
+        )
+
+
+def _check_aliases_distinct(aliases: Mapping[str, tuple[str, ...]], path: Path) -> None:
+    owner: dict[str, str] = {}
+    for name, names in aliases.items():
+        for alias in names:
+            key = header_key(alias)
+            if owner.get(key, name) != name:
+                raise UsageError(
+                    f"{path}: alias {alias!r} is listed for both '{owner[key]}' and '{name}'"
+                )
+            owner[key] = name
