@@ -7,20 +7,22 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pipeline.errors import LedgerError, PipelineError, RequestValidationError
-from pipeline.settings import Settings, db_path, load_settings
+from pipeline.errors import LedgerError, PipelineError, RequestValidationError, UsageError
+from pipeline.ledger.base import Workspace
+from pipeline.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from pipeline.ledger.sqlite import SqliteLedger
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
 
-def _ledger(args: argparse.Namespace, settings: Settings):  # noqa: ANN202 - SqliteLedger
-    from pipeline.ledger.sqlite import SqliteLedger
+def _ledger(args: argparse.Namespace, settings: Settings) -> SqliteLedger:
+    from pipeline.ledger.sqlite import open_local_ledger
 
-    path = db_path(args.db) if args.db else settings.resolve(settings.ledger.db)
-    ledger = SqliteLedger(path)
-    ledger.ensure_workspace(settings.ledger.workspace, settings.ledger.initial_balance)
-    return ledger
+    return open_local_ledger(settings, args.db)
 
 
 def _workspace(args: argparse.Namespace, settings: Settings) -> str:
@@ -39,7 +41,10 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine
 
-    body = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
+    try:
+        body = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read the request {args.request}: {exc.strerror}") from exc
     engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
     desk = DecisionDesk(engine, _ledger(args, settings))
     try:
@@ -56,8 +61,8 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
 # -- workspace -------------------------------------------------------------------------------
 
 
-def _show(workspace: object) -> None:
-    _print_json({"workspace": workspace.name, "balance": workspace.balance})  # type: ignore[attr-defined]
+def _show(workspace: Workspace) -> None:
+    _print_json({"workspace": workspace.name, "balance": workspace.balance})
 
 
 def cmd_workspace_create(args: argparse.Namespace, settings: Settings) -> int:

@@ -23,6 +23,7 @@ from pipeline.errors import (
     UsageError,
 )
 from pipeline.ledger.base import Charge, ChargeRequest, Workspace
+from pipeline.settings import Settings, db_path
 
 # An in-flight request older than this is taken to have died (a killed process): its charge
 # stands and is replayed, never repeated.
@@ -294,3 +295,10 @@ class SqliteLedger:
             )
             db.execute("DELETE FROM idempotency WHERE entry_id = ?", (entry_id,))
         return Workspace(name, balance)
+
+
+def open_local_ledger(settings: Settings, db: str | None = None) -> SqliteLedger:
+    """The ledger of `--db` (or the settings' default file), with the local workspace in it."""
+    ledger = SqliteLedger(db_path(db) if db else settings.resolve(settings.ledger.db))
+    ledger.ensure_workspace(settings.ledger.workspace, settings.ledger.initial_balance)
+    return ledger

@@ -1,0 +1,35 @@
+"""The decisions a run may still spend (--budget), reserved before a request and settled after.
+
+Thread-safe, so concurrent workers can never together overshoot the cap.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class Budget:
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.spent = 0
+        self._reserved = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, cost: int) -> bool:
+        """Hold `cost` decisions for a request about to be sent; False if the cap forbids it."""
+        with self._lock:
+            if self.limit is not None and self.spent + self._reserved + cost > self.limit:
+                return False
+            self._reserved += cost
+            return True
+
+    def settle(self, reserved: int, spent: int) -> None:
+        """The answer came: `spent` of the `reserved` decisions were really charged."""
+        with self._lock:
+            self._reserved -= reserved
+            self.spent += spent
+
+    @property
+    def remaining(self) -> int | None:
+        with self._lock:
+            return None if self.limit is None else self.limit - self.spent - self._reserved

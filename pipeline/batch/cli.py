@@ -1,0 +1,119 @@
+"""`decisions score`: options in, `run_batch` called, the summary printed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pipeline.batch.progress import ProgressReporter
+from pipeline.batch.run import BatchOptions, BatchOutcome, run_batch
+from pipeline.settings import Settings
+
+
+def default_output(input_path: Path) -> Path:
+    return input_path.with_name(f"{input_path.stem}-scored.xlsx")
+
+
+def add_score_command(commands: Any) -> None:
+    score = commands.add_parser(
+        "score",
+        help="score every listing of a CSV / XLSX / Parquet file",
+        description="Score a portfolio file and write it back enriched with verdicts.",
+    )
+    score.add_argument("input", type=Path, help="portfolio: .csv, .xlsx or .parquet")
+    score.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        action="append",
+        help="output .xlsx, .csv or .parquet; repeat for several (default: INPUT-scored.xlsx)",
+    )
+    score.add_argument("--config", type=Path, help="TOML file with column aliases / mapping")
+    score.add_argument("--reasoning", choices=("none", "all", "borderline"), default="none")
+    score.add_argument("--budget", type=int, help="most decisions this run may spend")
+    score.add_argument("--encoding", help="CSV encoding when detection cannot tell (cp1256...)")
+    score.add_argument("--sheet", help="XLSX sheet name or 0-based index (default: first)")
+    score.add_argument("--no-bom", action="store_true", help="CSV output without the UTF-8 BOM")
+    score.add_argument("--workspace", help="workspace to charge (default: the local one)")
+    score.add_argument("--db", help="ledger: a SQLite path or sqlite:///PATH (env DECISIONS_DB)")
+    score.add_argument("--quiet", action="store_true", help="no progress, no summary table")
+    score.add_argument("--json", action="store_true", help="print the summary as JSON")
+    score.set_defaults(handler=cmd_score)
+
+
+def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.batch.scorers.local import LocalScorer
+    from pipeline.engine.benchmarks import BenchmarkTable
+    from pipeline.engine.engine import Engine
+    from pipeline.errors import UsageError
+    from pipeline.ledger.sqlite import open_local_ledger
+
+    if args.budget is not None and args.budget < 0:
+        raise UsageError("--budget must be 0 or more decisions")
+    options = BatchOptions(
+        input=args.input,
+        outputs=args.output or [default_output(args.input)],
+        config=args.config,
+        reasoning=args.reasoning,
+        budget=args.budget,
+        encoding=args.encoding,
+        sheet=int(args.sheet) if args.sheet and args.sheet.isdigit() else args.sheet,
+        csv_bom=not args.no_bom,
+    )
+    ledger = open_local_ledger(settings, args.db)
+    workspace = args.workspace or settings.ledger.workspace
+    ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
+    engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
+    scorer = LocalScorer(
+        engine,
+        ledger,
+        workspace=workspace,
+        run_key=f"run-{uuid.uuid4().hex}",
+        chunk_rows=settings.batch.chunk_rows,
+    )
+    progress = ProgressReporter(quiet=args.quiet or args.json)
+    outcome = run_batch(options, scorer, workspace=workspace, progress=progress)
+    progress.finish()
+    if args.json:
+        print(json.dumps(summary_json(outcome), ensure_ascii=False, indent=2))
+    elif not args.quiet:
+        print_summary(outcome, sys.argv)
+    return outcome.exit_code
+
+
+def summary_json(outcome: BatchOutcome) -> dict[str, Any]:
+    s = outcome.summary
+    return {
+        "input": s.input_path,
+        "input_sha256": s.input_fingerprint,
+        "outputs": [str(p) for p in outcome.outputs],
+        "rows": s.rows_total,
+        "status": s.counts_by_status,
+        "verdict": s.counts_by_verdict,
+        "decisions_spent": s.decisions_spent,
+        "balance_before": s.balance_before,
+        "balance_after": s.balance_after,
+        "workspace": s.workspace,
+        "duration_s": round(s.duration_s, 3),
+        "exit_code": s.exit_code,
+    }
+
+
+def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
+    s = outcome.summary
+    width = max(len(label) for label, _ in s.lines())
+    for label, value in s.lines():
+        shown = f"{value:,}" if isinstance(value, int) else ("" if value is None else value)
+        print(f"  {label:<{width}}  {shown}")
+    for output in outcome.outputs:
+        print(f"  wrote {output}")
+    if s.exit_code == 3:
+        print(
+            "Some rows were not scored: the budget or the balance ran out. Top up "
+            "(decisions workspace topup NAME N) or raise --budget, then run the same command "
+            "again:\n  " + " ".join(argv)
+        )

@@ -1,0 +1,263 @@
+"""A batch run: read -> columns -> normalise -> validate -> plan -> score -> write.
+
+Each step is a function from frame to frame; `run_batch` strings them together, keeps the
+counts and decides the exit code (DESIGN.md: 0 all scored or rejected, 3 rows left unscored
+for lack of budget or balance, 1 any other failure).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import polars as pl
+
+from pipeline.batch.budget import Budget
+from pipeline.batch.columns import ColumnMap, load_column_config, map_columns
+from pipeline.batch.normalize import normalize
+from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_COLUMNS, RESULT_SCHEMA
+from pipeline.batch.scorers.base import Scorer
+from pipeline.batch.summary import RunSummary
+from pipeline.batch.validate import reject_reasons
+from pipeline.decisions import COST_SCORING, COST_WITH_REASONING
+from pipeline.engine.schema import REQUEST_SCHEMA
+from pipeline.io.read import read_table_with_info
+from pipeline.io.write import check_output_capacity, write_output
+
+ReasoningMode = Literal["none", "all", "borderline"]
+INPUT_SUFFIX = " (input)"  # appended to an input header that clashes with a result column
+
+EXIT_OK, EXIT_FAILED, EXIT_UNSCORED = 0, 1, 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchOptions:
+    input: Path
+    outputs: list[Path]
+    config: Path | None = None
+    reasoning: ReasoningMode = "none"
+    budget: int | None = None
+    encoding: str | None = None
+    sheet: str | int | None = None
+    csv_bom: bool = True
+
+
+@dataclass
+class BatchOutcome:
+    summary: RunSummary
+    results: pl.DataFrame
+    rejects: pl.DataFrame
+    outputs: list[Path] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return self.summary.exit_code
+
+
+Progress = Callable[[str, int, int, int], None]  # (stage, rows done, rows total, decisions spent)
+
+
+def file_fingerprint(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    raw: pl.DataFrame  # the file as read: text cells, original headers
+    mapping: ColumnMap
+    requests: pl.DataFrame  # REQUEST_SCHEMA columns + row_number
+    problems: pl.DataFrame  # reject_reasons() per row
+
+
+def prepare(options: BatchOptions) -> Prepared:
+    """Read, map, normalise and validate; charges nothing."""
+    read = read_table_with_info(options.input, encoding=options.encoding, sheet=options.sheet)
+    raw = read.frame
+    mapping = map_columns(
+        raw.columns, load_column_config(options.config), source=str(options.input)
+    )
+    row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
+    requests = normalize(raw, mapping).with_columns(
+        reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
+    )
+    problems = reject_reasons(raw, requests, mapping, row_numbers)
+    return Prepared(raw, mapping, requests, problems)
+
+
+def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
+    """row_number -> request_id: equal requests in one file share one id (scored once)."""
+    keyed = requests.with_columns(key=pl.struct(*REQUEST_SCHEMA).hash(seed=0))
+    return keyed.with_columns(
+        request_id=pl.col("row_number").min().over("key"),
+        first=pl.col("row_number") == pl.col("row_number").min().over("key"),
+    ).drop("key")
+
+
+def _costed(requests: pl.DataFrame, reasoning: bool) -> pl.DataFrame:
+    cost = COST_WITH_REASONING if reasoning else COST_SCORING
+    return requests.with_columns(reasoning=pl.lit(reasoning), cost=pl.lit(cost, pl.Int64))
+
+
+def score_requests(
+    unique: pl.DataFrame, scorer: Scorer, budget: Budget, mode: ReasoningMode, progress: Progress
+) -> pl.DataFrame:
+    """Score distinct valid requests; in borderline mode, reasoning for `partial` ones after."""
+    total = unique.height
+
+    def report(stage: str) -> Callable[[int, int], None]:
+        return lambda done, spent: progress(stage, done, total, spent)
+
+    results = scorer.score(
+        _costed(unique, mode == "all"), budget=budget, progress=report("scoring")
+    )
+    if mode != "borderline":
+        return results
+    partial_ids = results.filter(pl.col("verdict") == "partial").select("request_id")
+    if partial_ids.is_empty():
+        return results
+    again = _costed(unique.join(partial_ids, on="request_id", how="semi"), True)
+    explained = scorer.score(again, budget=budget, progress=report("reasoning"))
+    return _merge_reasoning(results, explained)
+
+
+def _merge_reasoning(results: pl.DataFrame, explained: pl.DataFrame) -> pl.DataFrame:
+    reasoning_columns = ["reasoning_en", "reasoning_ar", "key_factors", "risk_flags"]
+    extra = explained.select(
+        "request_id",
+        *(pl.col(c).alias(f"_{c}") for c in reasoning_columns),
+        pl.col("decisions_used").alias("_used"),
+        pl.col("status").alias("_status"),
+        pl.col("error_message").alias("_error"),
+    )
+    merged = results.join(extra, on="request_id", how="left", maintain_order="left")
+    not_afforded = pl.col("_status") == "skipped"
+    return merged.with_columns(
+        *(pl.coalesce(f"_{c}", c).alias(c) for c in reasoning_columns),
+        decisions_used=pl.col("decisions_used") + pl.col("_used").fill_null(0),
+        error_code=pl.when(not_afforded).then(pl.lit("reasoning_skipped")).otherwise("error_code"),
+        error_message=pl.when(not_afforded).then("_error").otherwise("error_message"),
+    ).drop(
+        "_reasoning_en",
+        "_reasoning_ar",
+        "_key_factors",
+        "_risk_flags",
+        "_used",
+        "_status",
+        "_error",
+    )
+
+
+def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
+    """Every input row once, in input order: original columns, then the result columns."""
+    problems = prepared.problems
+    rejected = problems["error_field"].is_not_null()
+    by_row = keyed.select("row_number", "request_id", "first").join(
+        scored, on="request_id", how="left", maintain_order="left"
+    )
+    by_row = by_row.with_columns(
+        decisions_used=pl.when(pl.col("first")).then("decisions_used").otherwise(0)
+    )
+    result = pl.DataFrame({"row_number": prepared.requests["row_number"]}).join(
+        by_row, on="row_number", how="left", maintain_order="left"
+    )
+    result = result.with_columns(
+        status=pl.when(pl.lit(rejected)).then(pl.lit("rejected")).otherwise("status"),
+        decisions_used=pl.when(pl.lit(rejected)).then(0).otherwise("decisions_used"),
+        error_code=pl.coalesce(pl.lit(problems["error_code"]), "error_code"),
+        error_field=pl.coalesce(pl.lit(problems["error_field"]), "error_field"),
+        error_message=pl.coalesce(pl.lit(problems["error_message"]), "error_message"),
+    ).select(pl.col(c).cast(t) for c, t in RESULT_SCHEMA.items())
+    original = prepared.raw.rename(
+        {c: c + INPUT_SUFFIX for c in prepared.raw.columns if c in RESULT_COLUMNS}
+    )
+    return pl.concat([original, result], how="horizontal")
+
+
+def rejects_table(prepared: Prepared) -> pl.DataFrame:
+    problems = prepared.problems.with_columns(row_number=prepared.requests["row_number"])
+    return (
+        problems.filter(pl.col("error_field").is_not_null())
+        .select(
+            pl.col("row_number"),
+            pl.col("error_column").alias("column"),
+            pl.col("error_field").alias("field"),
+            pl.col("error_value").alias("value"),
+            pl.col("error_message").alias("reason"),
+        )
+        .cast(REJECTS_SCHEMA)
+    )
+
+
+def _counts(results: pl.DataFrame, column: str, keys: tuple[str, ...]) -> dict[str, int]:
+    counted = dict(results[column].drop_nulls().value_counts().iter_rows())
+    return {k: int(counted.get(k, 0)) for k in keys}
+
+
+def exit_code_for(status_counts: dict[str, int]) -> int:
+    if status_counts.get("failed"):
+        return EXIT_FAILED
+    if status_counts.get("skipped"):
+        return EXIT_UNSCORED
+    return EXIT_OK
+
+
+def run_batch(
+    options: BatchOptions,
+    scorer: Scorer,
+    *,
+    workspace: str | None = None,
+    progress: Progress | None = None,
+) -> BatchOutcome:
+    started, clock = datetime.now(UTC), time.perf_counter()
+    progress = progress or (lambda *_: None)
+    for output in options.outputs:
+        check_output_capacity(output, 0)  # unknown extensions fail before any reading
+    prepared = prepare(options)
+    for output in options.outputs:
+        check_output_capacity(output, prepared.raw.height)
+    progress("read", prepared.raw.height, prepared.raw.height, 0)
+
+    valid = prepared.requests.filter(pl.lit(prepared.problems["error_field"].is_null()))
+    keyed = distinct_requests(valid)
+    unique = keyed.filter(pl.col("first")).drop("first", "row_number")
+    balance_before = scorer.balance()
+    budget = Budget(options.budget)
+    scored = score_requests(unique, scorer, budget, options.reasoning, progress)
+    results = assemble(prepared, keyed, scored)
+    rejects = rejects_table(prepared)
+
+    statuses = _counts(results, "status", ("scored", "rejected", "skipped", "failed"))
+    summary = RunSummary(
+        input_path=str(options.input),
+        input_fingerprint=file_fingerprint(options.input),
+        rows_total=results.height,
+        counts_by_status=statuses,
+        counts_by_verdict=_counts(results, "verdict", ("match", "partial", "no_match")),
+        decisions_spent=int(results["decisions_used"].sum() or 0),
+        balance_before=balance_before,
+        balance_after=scorer.balance(),
+        started_at=started,
+        duration_s=time.perf_counter() - clock,
+        workspace=workspace,
+        exit_code=exit_code_for(statuses),
+        notes=[
+            ("Reasoning", options.reasoning),
+            ("Budget", "none" if options.budget is None else options.budget),
+            ("Duplicate rows (scored once)", int(keyed.height - unique.height)),
+            ("Scorer", scorer.name),
+        ],
+    )
+    for output in options.outputs:
+        progress(f"writing {output.name}", 0, results.height, budget.spent)
+        write_output(output, results, rejects=rejects, summary=summary, csv_bom=options.csv_bom)
+    summary = replace(summary, duration_s=time.perf_counter() - clock)
+    return BatchOutcome(summary, results, rejects, list(options.outputs))

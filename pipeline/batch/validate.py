@@ -1,0 +1,106 @@
+"""Batch validation: the engine's rules over the whole file, with messages for a spreadsheet.
+
+A row is rejected for the first problem in the order of the request body: a cell that does not
+read as what its field needs (a price of 'abc'), else the first engine rule it breaks. The rule
+text is the engine's own (`pipeline.engine.rules`); this module only adds where it was found:
+row, column and the value as written.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipeline.batch.columns import ColumnMap
+from pipeline.engine.rules import violations
+from pipeline.engine.schema import FIELD_PATHS, REQUEST_SCHEMA
+
+_EXPECTED = {pl.Float64(): "a number", pl.Boolean(): "yes or no"}
+
+# (column, what it must be) for the cells a reader hands over as text and normalisation types.
+_TYPED = [
+    (column, _EXPECTED[dtype])
+    for column, dtype in REQUEST_SCHEMA.items()
+    if dtype in _EXPECTED and column != "reasoning"
+]
+
+
+def _unreadable_cell(raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnMap) -> pl.Series:
+    """Index into _TYPED of the first cell that has text but no typed value; null if none."""
+    checks = []
+    for i, (column, _) in enumerate(_TYPED):
+        header = mapping.fields.get(column)
+        if header is None:
+            continue
+        has_text = raw[header].str.strip_chars().fill_null("") != ""
+        unread = has_text & requests[column].is_null()
+        checks.append(pl.when(unread).then(pl.lit(i, pl.Int32)))
+    if not checks:
+        return pl.Series("unread", [None] * raw.height, dtype=pl.Int32)
+    frame = pl.DataFrame({"_": pl.Series([None] * raw.height, dtype=pl.Int32)})
+    return frame.select(pl.coalesce([*checks, pl.col("_")]).alias("unread")).to_series()
+
+
+def reject_reasons(
+    raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnMap, row_numbers: pl.Series
+) -> pl.DataFrame:
+    """Per input row: error_code, error_field, error_message, error_column, error_value.
+
+    All null for a valid row. `raw` is the file as read (text), `requests` its normalised
+    request frame, `row_numbers` the 1-based data row numbers used in messages.
+    """
+    unread = _unreadable_cell(raw, requests, mapping)
+    broken = violations(requests)
+    columns = [c for c, _ in _TYPED]
+    unread_field = pl.Series([FIELD_PATHS[c] for c in columns]).gather(unread)
+    unread_column = pl.Series(columns).gather(unread)
+    unread_rule = pl.Series(
+        [f"{FIELD_PATHS[c]} must be {what}" for c, what in _TYPED], dtype=pl.String
+    ).gather(unread)
+
+    frame = pl.DataFrame(
+        {
+            "row_number": row_numbers,
+            "column": unread_column.fill_null(broken["error_column"]),
+            "error_field": unread_field.fill_null(broken["error_field"]),
+            "rule": unread_rule.fill_null(broken["error_message"]),
+            "is_unread": unread.is_not_null(),
+        }
+    )
+    header_of = {c: h for c, h in mapping.fields.items() if h is not None}
+    headers = frame["column"].replace_strict(header_of, default=None, return_dtype=pl.String)
+    values = _cell_values(raw, frame["column"], header_of)
+    frame = frame.with_columns(header=headers, value=values)
+    where = pl.format("row {}", pl.col("row_number"))
+    where = (
+        pl.when(pl.col("header").is_not_null())
+        .then(pl.format("row {}, column '{}'", pl.col("row_number"), pl.col("header")))
+        .otherwise(where)
+    )
+    shown_value = (
+        pl.when(pl.col("value").is_null())
+        .then(pl.lit("empty"))
+        .otherwise(pl.format("'{}'", pl.col("value")))
+    )
+    message = (
+        pl.when(pl.col("error_field").is_null())
+        .then(None)
+        .otherwise(pl.format("{}: {}: {}", where, shown_value, pl.col("rule")))
+    )
+    return frame.select(
+        error_code=pl.when(pl.col("error_field").is_not_null()).then(pl.lit("validation_error")),
+        error_field=pl.col("error_field"),
+        error_message=message,
+        error_column=pl.col("header"),
+        error_value=pl.col("value"),
+    )
+
+
+def _cell_values(raw: pl.DataFrame, columns: pl.Series, header_of: dict[str, str]) -> pl.Series:
+    """The original text of the cell named by `columns` (a request column per row)."""
+    if not header_of:
+        return pl.Series([None] * raw.height, dtype=pl.String)
+    picks = [
+        pl.when(pl.lit(columns) == column).then(pl.col(header))
+        for column, header in header_of.items()
+    ]
+    return raw.select(pl.coalesce(picks).alias("value")).to_series()
