@@ -1,0 +1,108 @@
+"""Accounts and API keys: format, checksum, hashing, broker/agency only, revocation."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from pipeline.ledger.accounts import (
+    AccountError,
+    InvalidApiKey,
+    KeysNotAllowed,
+    SqliteAccounts,
+    check_key_format,
+    generate_key,
+)
+from pipeline.ledger.sqlite import SqliteLedger
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteAccounts:
+    ledger = SqliteLedger(tmp_path / "ledger.db")
+    ledger.create_workspace("acme", 10)
+    return SqliteAccounts(tmp_path / "ledger.db")
+
+
+def test_key_shape_and_checksum() -> None:
+    key = generate_key()
+    assert key.startswith("sk-") and len(key) == 3 + 40 + 6
+    assert check_key_format(key)
+    assert len({generate_key() for _ in range(100)}) == 100
+
+
+@pytest.mark.parametrize("position", [3, 10, 30, 45, 48])
+def test_a_mistyped_key_fails_its_checksum(position: int) -> None:
+    key = generate_key()
+    typo = "a" if key[position] != "a" else "b"
+    assert not check_key_format(key[:position] + typo + key[position + 1 :])
+
+
+@pytest.mark.parametrize("bad", ["", "sk-", "Bearer x", "sk-" + "A" * 46, "pk-" + "a" * 46])
+def test_malformed_keys(bad: str) -> None:
+    assert not check_key_format(bad)
+
+
+def test_only_broker_and_agency_get_keys(store: SqliteAccounts) -> None:
+    for kind in ("broker", "agency"):
+        store.create_account(kind, "acme", kind)
+        assert store.create_key(kind).key.startswith("sk-")
+    for kind in ("buyer", "seller"):
+        store.create_account(kind, "acme", kind)
+        with pytest.raises(KeysNotAllowed, match="only broker and agency"):
+            store.create_key(kind)
+
+
+def test_account_errors(store: SqliteAccounts) -> None:
+    with pytest.raises(AccountError, match="account type"):
+        store.create_account("x", "acme", "landlord")
+    store.create_account("x", "acme", "broker")
+    with pytest.raises(AccountError, match="already exists"):
+        store.create_account("x", "acme", "broker")
+    with pytest.raises(AccountError, match="no account"):
+        store.create_key("nobody")
+    with pytest.raises(Exception, match="no workspace"):
+        store.create_account("y", "nowhere", "broker")
+
+
+def test_authenticate_and_revoke(store: SqliteAccounts) -> None:
+    store.create_account("b", "acme", "broker")
+    new = store.create_key("b")
+    caller = store.authenticate(new.key)
+    assert (caller.account, caller.workspace, caller.key_prefix) == ("b", "acme", new.info.prefix)
+    with pytest.raises(InvalidApiKey, match="unknown"):
+        store.authenticate(generate_key())
+    with pytest.raises(InvalidApiKey, match="malformed"):
+        store.authenticate(new.key[:-1] + ("a" if new.key[-1] != "a" else "b"))
+    revoked = store.revoke_key(new.info.display)
+    assert revoked.revoked_at is not None
+    with pytest.raises(InvalidApiKey, match="revoked"):
+        store.authenticate(new.key)
+    with pytest.raises(AccountError, match="no API key"):
+        store.revoke_key("sk-zzzzzzzz")
+
+
+def test_keys_share_the_workspace_and_list_shows_no_secret(store: SqliteAccounts) -> None:
+    store.create_account("b", "acme", "broker")
+    store.create_account("a", "acme", "agency")
+    keys = [store.create_key("b"), store.create_key("b"), store.create_key("a")]
+    assert {store.authenticate(k.key).workspace for k in keys} == {"acme"}
+    listed = store.list_keys("b")
+    assert [k.prefix for k in listed] == [k.info.prefix for k in keys[:2]]
+    for info in store.list_keys():
+        assert info.display.startswith("sk-") and "..." in info.display
+        assert len(info.display) == 3 + 8 + 3 + 4
+
+
+def test_the_database_never_holds_a_key(store: SqliteAccounts, tmp_path: Path) -> None:
+    store.create_account("b", "acme", "broker")
+    key = store.create_key("b").key
+    store.close()
+    raw = (tmp_path / "ledger.db").read_bytes()
+    for path in tmp_path.iterdir():
+        raw += path.read_bytes()
+    assert key.encode() not in raw
+    assert key[3:].encode() not in raw
+    rows = sqlite3.connect(tmp_path / "ledger.db").execute("SELECT * FROM api_keys").fetchall()
+    assert all(key not in str(row) for row in rows)
