@@ -1,0 +1,49 @@
+"""Request frames with market figures attached, for testing the formulas without the table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from pipeline.engine.schema import REQUEST_SCHEMA
+
+MARKET_SCHEMA: dict[str, pl.DataType] = {
+    "benchmark_level": pl.String(),
+    "benchmark_median_sqm": pl.Float64(),
+    "benchmark_p25_sqm": pl.Float64(),
+    "benchmark_p75_sqm": pl.Float64(),
+    "benchmark_year": pl.Int64(),
+    "benchmark_transaction_count": pl.Int64(),
+    "benchmark_yoy_pct": pl.Float64(),
+    "market_avg_sqm": pl.Float64(),
+    "market_avg_level": pl.String(),
+}
+
+DISTRICT_MARKET: dict[str, Any] = {
+    "benchmark_level": "district",
+    "benchmark_median_sqm": 6500.0,
+    "benchmark_p25_sqm": 5000.0,
+    "benchmark_p75_sqm": 8000.0,
+    "benchmark_year": 2024,
+    "benchmark_transaction_count": 400,
+    "benchmark_yoy_pct": 3.0,
+    "market_avg_sqm": 5800.0,
+    "market_avg_level": "city",
+}
+
+NO_MARKET: dict[str, Any] = dict.fromkeys(MARKET_SCHEMA)
+
+
+def request_row(**fields: Any) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(REQUEST_SCHEMA)
+    row.update(type="villa", price=2_500_000.0, area=400.0, city="Riyadh", reasoning=False)
+    row.update(fields)
+    return row
+
+
+def market_frame(rows: list[dict[str, Any]], market: dict[str, Any] | None = None) -> pl.DataFrame:
+    market = DISTRICT_MARKET if market is None else market
+    return pl.DataFrame(
+        [{**row, **market} for row in rows], schema={**REQUEST_SCHEMA, **MARKET_SCHEMA}
+    )

@@ -1,0 +1,130 @@
+"""The request rules: structure and JSON types (models), value rules (rules.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipeline.engine.request import parse_request, validated_frame
+from pipeline.errors import RequestValidationError
+
+VALID = {
+    "property": {"type": "apartment", "price": 850000, "area": 140, "bedrooms": 3, "floor": 2},
+    "location": {"city": "Riyadh", "district": "Al Malqa", "lat": 24.8, "lng": 46.6},
+    "reasoning": False,
+}
+
+
+def body(**changes: object) -> dict:
+    result = {k: dict(v) if isinstance(v, dict) else v for k, v in VALID.items()}
+    for path, value in changes.items():
+        section, _, name = path.partition("__")
+        if name:
+            if value is ...:
+                result[section].pop(name, None)
+            else:
+                result[section][name] = value
+        elif value is ...:
+            result.pop(section)
+        else:
+            result[section] = value
+    return result
+
+
+def error_of(request: dict | str) -> RequestValidationError:
+    with pytest.raises(RequestValidationError) as caught:
+        validated_frame(parse_request(request))
+    return caught.value
+
+
+def test_a_valid_request_passes():
+    frame = validated_frame(parse_request(VALID))
+    assert frame.height == 1
+    assert frame["price"][0] == 850000.0
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        (
+            {"property__type": "castle"},
+            "property.type",
+            "property.type must be one of apartment, villa, land, commercial, office",
+        ),
+        ({"property__type": ...}, "property.type", "property.type is required"),
+        (
+            {"property__price": 0},
+            "property.price",
+            "property.price must be a positive number (> 0)",
+        ),
+        (
+            {"property__price": -5},
+            "property.price",
+            "property.price must be a positive number (> 0)",
+        ),
+        ({"property__price": math.inf}, "property.price", "property.price must be a finite number"),
+        ({"property__price": "900k"}, "property.price", "property.price must be a number"),
+        ({"property__area": -50}, "property.area", "property.area must be a positive number (> 0)"),
+        ({"property__area": math.nan}, "property.area", "property.area must be a finite number"),
+        ({"property__area": ...}, "property.area", "property.area is required"),
+        (
+            {"property__bedrooms": -1},
+            "property.bedrooms",
+            "property.bedrooms must not be negative (>= 0)",
+        ),
+        (
+            {"property__bedrooms": 2.5},
+            "property.bedrooms",
+            "property.bedrooms must be a whole number",
+        ),
+        (
+            {"property__bathrooms": 1.5},
+            "property.bathrooms",
+            "property.bathrooms must be a whole number",
+        ),
+        ({"property__floor": -1}, "property.floor", "property.floor must not be negative (>= 0)"),
+        ({"property__age": 3.2}, "property.age", "property.age must be a whole number"),
+        (
+            {"property__parking": "yes"},
+            "property.parking",
+            "property.parking must be a boolean (true or false)",
+        ),
+        ({"location__city": ...}, "location.city", "location.city is required"),
+        ({"location__city": "  "}, "location.city", "location.city must not be empty"),
+        (
+            {"location__lng": ...},
+            "location.lng",
+            "location.lng is required when location.lat is given (send both or neither)",
+        ),
+        (
+            {"location__lat": ...},
+            "location.lat",
+            "location.lat is required when location.lng is given (send both or neither)",
+        ),
+        ({"location__lat": 91}, "location.lat", "location.lat must be between -90 and 90"),
+        ({"location__lng": -181}, "location.lng", "location.lng must be between -180 and 180"),
+        ({"reasoning": "true"}, "reasoning", "reasoning must be a boolean (true or false)"),
+        ({"reasoning": 1}, "reasoning", "reasoning must be a boolean (true or false)"),
+        ({"reasoning": ...}, "reasoning", "reasoning is required"),
+        ({"location": ...}, "location", "location is required"),
+        ({"property": "villa"}, "property", "property must be an object"),
+    ],
+)
+def test_each_rule_names_the_field_and_the_rule(changes, field, message):
+    error = error_of(body(**changes))
+    assert (error.field, error.message) == (field, message)
+    assert error.body() == {"error": "validation_error", "message": message, "field": field}
+
+
+def test_whole_numbers_written_as_floats_are_accepted():
+    validated_frame(parse_request(body(property__bedrooms=3.0, property__age=0)))
+
+
+def test_invalid_json_is_a_validation_error():
+    assert error_of('{"property": ').field == "body"
+
+
+def test_the_first_broken_rule_in_body_order_is_reported():
+    error = error_of(body(property__area=-1, location__lat=500))
+    assert error.field == "property.area"

@@ -1,0 +1,137 @@
+"""Properties of the scoring formulas (docs/scoring.md), over generated listings."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.engine.schema import PROPERTY_TYPES
+from pipeline.engine.scoring import score_frame
+from tests.engine_frames import DISTRICT_MARKET, NO_MARKET, market_frame, request_row
+
+BUCKETS = ("price", "location", "size", "details")
+
+counts = st.one_of(st.none(), st.integers(0, 12).map(float))
+flags = st.one_of(st.none(), st.booleans())
+listings = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(PROPERTY_TYPES),
+        "price": st.floats(1_000, 50_000_000),
+        "area": st.floats(10, 20_000),
+        "bedrooms": counts,
+        "bathrooms": counts,
+        "floor": st.one_of(st.none(), st.integers(0, 40).map(float)),
+        "age": st.one_of(st.none(), st.integers(0, 80).map(float)),
+        "parking": flags,
+        "furnished": flags,
+    }
+)
+markets = st.one_of(
+    st.just(NO_MARKET),
+    st.builds(
+        lambda median, spread, count, yoy, avg, level: {
+            **DISTRICT_MARKET,
+            "benchmark_level": level,
+            "benchmark_median_sqm": median,
+            "benchmark_p25_sqm": median * (1 - spread),
+            "benchmark_p75_sqm": median * (1 + spread),
+            "benchmark_transaction_count": count,
+            "benchmark_yoy_pct": yoy,
+            "market_avg_sqm": avg,
+        },
+        st.floats(300, 20_000),
+        st.floats(0.0, 0.6),
+        st.integers(1, 50_000),
+        st.one_of(st.none(), st.floats(-40, 40)),
+        st.one_of(st.none(), st.floats(300, 20_000)),
+        st.sampled_from(["district", "city"]),
+    ),
+)
+
+
+def verdict_of(score: int) -> str:
+    return "match" if score >= 70 else "partial" if score >= 40 else "no_match"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(listings, min_size=1, max_size=20), markets)
+def test_scores_are_in_range_and_verdict_follows_score(rows, market):
+    scored = score_frame(market_frame([request_row(**r) for r in rows], market))
+    for row in scored.iter_rows(named=True):
+        assert 0 <= row["score"] <= 100
+        assert row["verdict"] == verdict_of(row["score"])
+        for bucket in BUCKETS:
+            value = row[f"{bucket}_score"]
+            assert 0 <= value <= 100
+            assert row[f"{bucket}_status"] == (
+                "pass" if value >= 70 else "warn" if value >= 40 else "fail"
+            )
+
+
+@settings(max_examples=150, deadline=None)
+@given(listings, markets, st.floats(0.05, 0.999))
+def test_a_lower_price_never_scores_worse(listing, market, factor):
+    cheaper = {**listing, "price": listing["price"] * factor}
+    scored = score_frame(market_frame([request_row(**listing), request_row(**cheaper)], market))
+    dear, cheap = scored.iter_rows(named=True)
+    assert cheap["price_score"] >= dear["price_score"]
+    assert cheap["size_score"] >= dear["size_score"]
+    assert cheap["score"] >= dear["score"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(listings, st.integers(0, 40), st.integers(0, 40))
+def test_floor_never_matters_for_land_or_villas(listing, floor_a, floor_b):
+    for kind in ("land", "villa"):
+        rows = [
+            request_row(**{**listing, "type": kind, "floor": float(f)}) for f in (floor_a, floor_b)
+        ]
+        a, b = score_frame(market_frame(rows)).iter_rows(named=True)
+        assert a["details_score"] == b["details_score"]
+
+
+def test_floor_matters_for_an_apartment():
+    base = {"type": "apartment", "area": 150.0, "price": 900_000.0, "age": 8.0}
+    rows = [request_row(**base, floor=0.0), request_row(**base, floor=3.0)]
+    ground, third = score_frame(market_frame(rows)).iter_rows(named=True)
+    assert third["details_score"] > ground["details_score"]
+
+
+def test_bedrooms_do_not_matter_for_land():
+    rows = [request_row(type="land", area=600.0, bedrooms=b) for b in (None, 0.0, 6.0)]
+    assert score_frame(market_frame(rows))["details_score"].n_unique() == 1
+
+
+def test_price_anchors_at_the_benchmark_percentiles():
+    # 400 m2 against p25 5,000 / median 6,500 / p75 8,000 SAR per m2
+    prices = [400 * 4_000.0, 400 * 5_000.0, 400 * 6_500.0, 400 * 8_000.0, 400 * 12_000.0]
+    scored = score_frame(market_frame([request_row(price=p) for p in prices]))
+    assert scored["price_score"].to_list() == [100, 100, 75, 50, 0]
+    assert scored["price_status"].to_list() == ["pass", "pass", "pass", "warn", "fail"]
+
+
+def test_without_a_benchmark_price_is_neutral_and_location_low():
+    scored = score_frame(market_frame([request_row()], NO_MARKET)).row(0, named=True)
+    assert scored["price_score"] == 50
+    assert scored["location_score"] == 30
+    assert scored["size_score"] == 50
+    assert scored["price_per_sqm"] == 6250.0
+
+
+def test_city_level_benchmark_discounts_location():
+    district = score_frame(market_frame([request_row()])).row(0, named=True)
+    city = score_frame(
+        market_frame([request_row()], {**DISTRICT_MARKET, "benchmark_level": "city"})
+    )
+    assert city.row(0, named=True)["location_score"] < district["location_score"]
+
+
+def test_overall_score_is_the_weighted_sum_of_rounded_buckets():
+    row = score_frame(market_frame([request_row(age=3.0, bedrooms=5.0)])).row(0, named=True)
+    weighted = (
+        0.40 * row["price_score"]
+        + 0.20 * row["location_score"]
+        + 0.25 * row["size_score"]
+        + 0.15 * row["details_score"]
+    )
+    assert row["score"] == int(weighted + 0.5)
