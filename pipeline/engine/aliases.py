@@ -1,0 +1,124 @@
+"""City and district keys: user text (Arabic or English) -> the key the benchmark table uses.
+
+A key is `normalize_name` of the Arabic name the official files use. English spellings and
+Arabic variants come from `pipeline/data/aliases.toml`. A name with no alias maps to its
+normalised form, so an unknown place simply finds no benchmark.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import polars as pl
+
+from pipeline.engine.names import normalize_name, normalize_name_expr
+
+# Joins a city key and a district key into one string key; neither can contain it.
+_SEP = "\x1f"
+
+
+@dataclass(frozen=True)
+class Aliases:
+    """Normalised spelling -> key. `districts_in_city` is keyed by `city_key<SEP>spelling`;
+    `districts` holds the spellings that name one district only, whatever the city."""
+
+    cities: dict[str, str]
+    districts_in_city: dict[str, str]
+    districts: dict[str, str]
+
+
+def _key(name: str) -> str:
+    key = normalize_name(name)
+    if key is None:
+        raise ValueError(f"alias {name!r} normalises to nothing")
+    return key
+
+
+def _variants(spelling: str) -> set[str]:
+    """Keys a spelling is known by: `Al Malqa` also as `almalqa`, as users type it."""
+    key = _key(spelling)
+    out = {key}
+    if key.isascii():
+        out.add(key.replace(" ", ""))
+        squashed = normalize_name(re.sub(r"[\s\-]+", "", spelling))
+        if squashed:
+            out.add(squashed)
+    return out
+
+
+def _add(mapping: dict[str, str], spelling: str, target: str, where: str) -> None:
+    previous = mapping.setdefault(spelling, target)
+    if previous != target:
+        raise ValueError(f"alias {spelling!r} in {where} names both {previous!r} and {target!r}")
+
+
+def parse_aliases(text: str) -> Aliases:
+    """Build the lookup maps from the TOML text; a spelling naming two places is an error."""
+    data = tomllib.loads(text)
+    cities: dict[str, str] = {}
+    for arabic, spellings in data.get("cities", {}).items():
+        target = _key(arabic)
+        for spelling in spellings:
+            for variant in _variants(spelling) - {target}:
+                _add(cities, variant, target, "cities")
+
+    in_city: dict[str, str] = {}
+    anywhere: dict[str, set[str]] = {}
+    for city, districts in data.get("districts", {}).items():
+        city_key = _key(city)
+        for arabic, spellings in districts.items():
+            target = _key(arabic)
+            for spelling in spellings:
+                for variant in _variants(spelling) - {target}:
+                    _add(in_city, f"{city_key}{_SEP}{variant}", target, f"districts of {city}")
+                    anywhere.setdefault(variant, set()).add(target)
+    unambiguous = {k: next(iter(v)) for k, v in anywhere.items() if len(v) == 1}
+    return Aliases(cities=cities, districts_in_city=in_city, districts=unambiguous)
+
+
+@cache
+def load_aliases() -> Aliases:
+    """The aliases shipped with the package."""
+    text = resources.files("pipeline.data").joinpath("aliases.toml").read_text(encoding="utf-8")
+    return parse_aliases(text)
+
+
+def city_key(name: str | None) -> str | None:
+    """The benchmark-table city key of one city name."""
+    key = normalize_name(name)
+    return None if key is None else load_aliases().cities.get(key, key)
+
+
+def district_key(name: str | None, city: str | None = None) -> str | None:
+    """The district key of one district name; `city` is a city key (see `city_key`)."""
+    key = normalize_name(name)
+    if key is None:
+        return None
+    aliases = load_aliases()
+    if city is not None:
+        found = aliases.districts_in_city.get(f"{city}{_SEP}{key}")
+        if found is not None:
+            return found
+    return aliases.districts.get(key, key)
+
+
+def city_key_expr(expr: pl.Expr) -> pl.Expr:
+    """`city_key` over a column of city names."""
+    return normalize_name_expr(expr).replace(load_aliases().cities)
+
+
+def district_key_expr(expr: pl.Expr, city_key: pl.Expr | None = None) -> pl.Expr:
+    """`district_key` over a column of district names, `city_key` a column of city keys."""
+    aliases = load_aliases()
+    key = normalize_name_expr(expr)
+    anywhere = key.replace(aliases.districts)
+    if city_key is None:
+        return anywhere
+    in_city = pl.concat_str([city_key, pl.lit(_SEP), key]).replace_strict(
+        aliases.districts_in_city, default=None, return_dtype=pl.String
+    )
+    return pl.coalesce(in_city, anywhere)

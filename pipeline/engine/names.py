@@ -1,0 +1,80 @@
+"""Normalisation of city and district names, Arabic or English, into join keys.
+
+Official files and users' spreadsheets spell the same place many ways: with or without
+`حي`, alef with or without hamza, ya / alef maqsura, ta marbuta / ha, tatweel, diacritics,
+Arabic-Indic digits, `Al Malqa` / `al-malqa`. `normalize_name` (one value) and
+`normalize_name_expr` (a polars column) turn all of them into the same key; a test holds
+the two to the same output.
+
+The steps, in order (both implementations follow them exactly):
+
+1. NFKD, lower-case, NFKD again (compatibility forms such as presentation-form ligatures
+   and modifier capitals decompose; `أ إ آ ؤ ئ` become base letter + hamza/madda mark).
+2. Drop every combining mark (tashkeel, hamza/madda marks, Latin accents) and the
+   invisible characters (tatweel, zero-width and bidi controls). Decomposing rather than
+   composing makes the result stable: nothing left can recombine on a second pass.
+3. Fold letters and digits: `ٱ` -> `ا`, `ى ی` -> `ي`, `ک` -> `ك`, `ة` -> `ه`, Arabic-Indic
+   and Persian digits -> ASCII. Apostrophes vanish (`Ha'il` -> `hail`); hyphens, dots,
+   commas, slashes and brackets become spaces.
+4. Collapse whitespace and trim.
+5. Drop leading `حي` and English articles (`al`, `el` and the assimilated `ar as ash ad
+   at az an adh ath`), and a trailing `district` / `neighborhood`.
+
+The whitespace class is spelled out rather than `\\s`, because Python's and Rust's regex
+engines disagree on a few control characters. Marks are judged by the Unicode database of
+each engine; they agree on every character assigned up to Unicode 14.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import polars as pl
+
+# Tatweel, Arabic letter mark, zero-width characters, bidi controls, BOM.
+_INVISIBLE = "\u0640\u061c\ufeff" + "".join(
+    chr(c) for c in [*range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+)
+
+_FOLD: dict[str, str] = {
+    "\u0671": "\u0627",  # alef wasla -> alef (أ إ آ are handled by NFKD + mark removal)
+    "\u0649": "\u064a",  # alef maqsura -> ya
+    "\u06cc": "\u064a",  # Persian yeh -> ya
+    "\u06a9": "\u0643",  # keheh -> kaf
+    "\u0629": "\u0647",  # ta marbuta -> ha
+    **{chr(0x0660 + i): str(i) for i in range(10)},  # Arabic-Indic digits
+    **{chr(0x06F0 + i): str(i) for i in range(10)},  # Persian digits
+    **dict.fromkeys("'`\u2018\u2019\u02bc\u02bb\u00b4", ""),
+    **dict.fromkeys('-_.,\u060c/\\()[]"\u2010\u2011\u2012\u2013\u2014', " "),
+}
+
+_WS = r"[\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
+_PREFIX = r"^(?:(?:حي|al|el|ar|as|ash|ad|at|az|an|adh|ath) )+"
+_SUFFIX = r"(?: (?:district|neighborhood|neighbourhood))+$"
+
+_TRANSLATE = str.maketrans({**_FOLD, **dict.fromkeys(_INVISIBLE, "")})
+_WS_RE = re.compile(_WS)
+_PREFIX_RE = re.compile(_PREFIX)
+_SUFFIX_RE = re.compile(_SUFFIX)
+
+
+def normalize_name(s: str | None) -> str | None:
+    """The join key of one city or district name; None for None or a name that is empty."""
+    if s is None:
+        return None
+    s = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", s).lower())
+    s = "".join(ch for ch in s if not unicodedata.category(ch).startswith("M"))
+    s = _WS_RE.sub(" ", s.translate(_TRANSLATE)).strip(" ")
+    s = _SUFFIX_RE.sub("", _PREFIX_RE.sub("", s))
+    return s or None
+
+
+def normalize_name_expr(expr: pl.Expr) -> pl.Expr:
+    """`normalize_name` as a polars expression (string ops only, no Python per row)."""
+    e = expr.str.normalize("NFKD").str.to_lowercase().str.normalize("NFKD")
+    e = e.str.replace_all(r"\p{M}", "")
+    e = e.str.replace_many([*_FOLD, *_INVISIBLE], [*_FOLD.values(), *([""] * len(_INVISIBLE))])
+    e = e.str.replace_all(_WS, " ").str.strip_chars(" ")
+    e = e.str.replace(_PREFIX, "").str.replace(_SUFFIX, "")
+    return pl.when(e != "").then(e)
