@@ -1,0 +1,189 @@
+"""The decision balance in a real SQLite file: atomic charges, idempotency, refunds."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.errors import (
+    IdempotencyKeyReused,
+    InsufficientDecisions,
+    RequestInProgress,
+    UnknownWorkspace,
+    UsageError,
+)
+from pipeline.ledger.base import ChargeRequest
+from pipeline.ledger.sqlite import SqliteLedger
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> SqliteLedger:
+    ledger = SqliteLedger(tmp_path / "ledger.db")
+    ledger.create_workspace("acme", 10)
+    return ledger
+
+
+def test_charge_takes_the_cost_and_records_an_entry(ledger):
+    charge = ledger.charge("acme", ChargeRequest(cost=3, idempotency_key="k1", fingerprint="f"))
+    assert (charge.cost, charge.balance_after, charge.replayed) == (3, 7, False)
+    assert ledger.workspace("acme").balance == 7
+    kinds = [(e["kind"], e["amount"], e["balance_after"]) for e in ledger.entries("acme")]
+    assert kinds == [("opening", 10, 10), ("charge", -3, 7)]
+
+
+def test_a_balance_lower_than_the_cost_is_refused_with_required_and_balance(ledger):
+    ledger.charge("acme", ChargeRequest(cost=8))
+    with pytest.raises(InsufficientDecisions) as caught:
+        ledger.charge("acme", ChargeRequest(cost=3))
+    assert caught.value.body() == {
+        "error": "insufficient_decisions",
+        "message": caught.value.args[0],
+        "required": 3,
+        "balance": 2,
+    }
+    assert ledger.workspace("acme").balance == 2
+
+
+def test_a_zero_balance_refuses_everything(tmp_path):
+    ledger = SqliteLedger(tmp_path / "l.db")
+    ledger.create_workspace("empty", 0)
+    with pytest.raises(InsufficientDecisions):
+        ledger.charge("empty", ChargeRequest(cost=1))
+
+
+def test_the_same_key_is_replayed_not_charged_again(ledger):
+    request = ChargeRequest(cost=1, idempotency_key="k", fingerprint="f")
+    first = ledger.charge("acme", request)
+    ledger.complete("acme", "k", '{"ok": true}')
+    again = ledger.charge("acme", request)
+    assert again.replayed and again.response == '{"ok": true}'
+    assert again.balance_after == first.balance_after == 9
+    assert ledger.workspace("acme").balance == 9
+
+
+def test_the_same_key_with_another_body_is_refused(ledger):
+    ledger.charge("acme", ChargeRequest(cost=1, idempotency_key="k", fingerprint="a"))
+    ledger.complete("acme", "k", "{}")
+    with pytest.raises(IdempotencyKeyReused):
+        ledger.charge("acme", ChargeRequest(cost=1, idempotency_key="k", fingerprint="b"))
+
+
+def test_a_key_in_flight_is_refused_until_it_goes_stale(tmp_path):
+    ledger = SqliteLedger(tmp_path / "l.db")
+    ledger.create_workspace("w", 5)
+    request = ChargeRequest(cost=1, idempotency_key="k", fingerprint="f")
+    ledger.charge("w", request)
+    with pytest.raises(RequestInProgress):
+        ledger.charge("w", request)
+    # A process killed between charge and answer: a later run replays the charge, never repeats it.
+    after_crash = SqliteLedger(tmp_path / "l.db", stale_in_flight_s=0)
+    replay = after_crash.charge("w", request)
+    assert replay.replayed and replay.response is None
+    assert after_crash.workspace("w").balance == 4
+
+
+def test_keys_are_scoped_to_the_workspace(ledger):
+    ledger.create_workspace("other", 5)
+    request = ChargeRequest(cost=1, idempotency_key="k", fingerprint="f")
+    ledger.charge("acme", request)
+    assert not ledger.charge("other", request).replayed
+
+
+def test_refund_gives_back_once_and_frees_the_key(ledger):
+    request = ChargeRequest(cost=3, idempotency_key="k", fingerprint="f")
+    charge = ledger.charge("acme", request)
+    assert ledger.refund(charge.entry_id, "engine failed").balance == 10
+    assert ledger.refund(charge.entry_id, "engine failed").balance == 10
+    assert not ledger.charge("acme", request).replayed
+    assert sum(e["amount"] for e in ledger.entries("acme")) == ledger.workspace("acme").balance
+
+
+def test_charge_many_stops_at_the_first_request_the_balance_cannot_pay(ledger):
+    results = ledger.charge_many("acme", [ChargeRequest(cost=c) for c in (3, 3, 3, 3, 1)])
+    assert [r.cost if r else None for r in results] == [3, 3, 3, None, None]
+    assert ledger.workspace("acme").balance == 1
+
+
+def test_topup_and_errors(ledger):
+    assert ledger.topup("acme", 5).balance == 15
+    with pytest.raises(UsageError):
+        ledger.topup("acme", 0)
+    with pytest.raises(UnknownWorkspace):
+        ledger.workspace("nobody")
+    with pytest.raises(UsageError):
+        ledger.create_workspace("acme", 1)
+
+
+def test_concurrent_threads_never_overspend(tmp_path):
+    ledger = SqliteLedger(tmp_path / "l.db")
+    ledger.create_workspace("w", 50)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(10):
+            try:
+                ledger.charge("w", ChargeRequest(cost=1))
+                result = "ok"
+            except InsufficientDecisions:
+                result = "402"
+            with lock:
+                outcomes.append(result)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("ok") == 50 and outcomes.count("402") == 30
+    assert ledger.workspace("w").balance == 0
+    assert sum(e["amount"] for e in ledger.entries("w")) == 0
+
+
+def _spend(path: str, tries: int, queue: multiprocessing.Queue) -> None:
+    ledger = SqliteLedger(path)
+    spent = 0
+    for _ in range(tries):
+        with contextlib.suppress(InsufficientDecisions):
+            spent += ledger.charge("w", ChargeRequest(cost=3)).cost
+    queue.put(spent)
+
+
+def test_concurrent_processes_never_overspend(tmp_path):
+    path = str(tmp_path / "l.db")
+    SqliteLedger(path).create_workspace("w", 100)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    processes = [context.Process(target=_spend, args=(path, 20, queue)) for _ in range(4)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join(60)
+    spent = sum(queue.get(timeout=5) for _ in processes)
+    assert spent == 99  # 33 charges of 3; the last decision cannot pay a 3
+    assert SqliteLedger(path).workspace("w").balance == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 30), st.lists(st.sampled_from([1, 3]), max_size=30))
+def test_the_balance_never_goes_negative(opening, costs):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        ledger = SqliteLedger(Path(folder) / "l.db")
+        ledger.create_workspace("w", opening)
+        expected = opening
+        for cost in costs:
+            try:
+                ledger.charge("w", ChargeRequest(cost=cost))
+                expected -= cost
+            except InsufficientDecisions as exc:
+                assert exc.balance < cost or exc.balance == 0
+            assert ledger.workspace("w").balance == expected >= 0
+        ledger.close()
