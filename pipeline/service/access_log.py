@@ -1,0 +1,49 @@
+"""The access log: one line per request with the API key's display prefix, never the key.
+
+uvicorn's own access log is switched off; this middleware writes method, path (without the query
+string), status, key prefix and time. The handler puts the prefix in `scope["state"]`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("pipeline.service.access")
+
+
+class AccessLog:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not log.isEnabledFor(logging.INFO):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            state: dict[str, Any] = scope.get("state") or {}
+            client = scope.get("client") or ("-", 0)
+            log.info(
+                '%s:%s "%s %s" %d key=%s %.1fms',
+                client[0],
+                client[1],
+                scope["method"],
+                scope["path"],
+                status,
+                state.get("key_prefix", "-"),
+                (time.perf_counter() - started) * 1000,
+            )

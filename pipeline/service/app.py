@@ -1,0 +1,108 @@
+"""The ASGI app: POST /v1/decisions, the OpenAPI document, JSON bodies for every error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError as FastApiValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from pipeline.ledger.accounts import AccountStore
+from pipeline.service.access_log import AccessLog
+from pipeline.service.errors import ApiError, internal_error, json_response
+from pipeline.service.handler import MAX_BODY_BYTES, Decider, DecisionHandler, Incoming
+from pipeline.service.openapi import DECISION_OPERATION, decision_responses, install_openapi
+
+BARE_PATH = "/_bench/bare"
+_BARE_BODY = b'{"verdict":"match","score":75.0}'
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None when it is larger than `limit` bytes (the rest is not read)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(
+    desk: Decider,
+    accounts: AccountStore,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    bare_endpoint: bool = False,
+) -> FastAPI:
+    """The service over a decision desk and an account store.
+
+    `bare_endpoint` adds POST /_bench/bare, a fixed JSON answer the benchmark compares against.
+    """
+    handler = DecisionHandler(desk, accounts, max_body_bytes=max_body_bytes)
+    app = FastAPI(
+        title="Property decisions",
+        version="1.0.0",
+        description="Scored verdicts on properties, paid from a workspace's decision balance.",
+        redoc_url=None,
+    )
+
+    @app.post(
+        "/v1/decisions",
+        summary="Evaluate a property",
+        responses=decision_responses(),
+        openapi_extra=DECISION_OPERATION,
+        response_class=Response,
+    )
+    async def create_decision(request: Request) -> Response:
+        incoming = Incoming(
+            authorization=request.headers.get("authorization"),
+            content_type=request.headers.get("content-type"),
+            body=await read_body(request, max_body_bytes),
+            idempotency_key=request.headers.get("idempotency-key"),
+        )
+        state: dict[str, Any] = request.scope.setdefault("state", {})
+        try:
+            body = await run_in_threadpool(handler.handle, incoming, state)
+        except ApiError as error:
+            return error.response()
+        return json_response(200, body)
+
+    if bare_endpoint:
+
+        @app.post(BARE_PATH, include_in_schema=False)
+        async def bare() -> Response:
+            return Response(_BARE_BODY, media_type="application/json")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        message = {
+            404: f"no such endpoint: {request.url.path}; the API is POST /v1/decisions",
+            405: f"{request.method} is not allowed on {request.url.path}",
+        }.get(exc.status_code, str(exc.detail))
+        return ApiError(exc.status_code, code, message, headers=exc.headers).response()
+
+    @app.exception_handler(FastApiValidationError)
+    async def validation_error(request: Request, exc: FastApiValidationError) -> Response:
+        first = exc.errors()[0] if exc.errors() else {}
+        field = ".".join(str(p) for p in first.get("loc", ())[1:]) or "body"
+        message = f"{field}: {first.get('msg', 'invalid')}"
+        return ApiError(422, "validation_error", message, extra={"field": field}).response()
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        return internal_error().response()
+
+    install_openapi(app)
+    app.add_middleware(AccessLog)
+    return app

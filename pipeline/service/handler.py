@@ -1,0 +1,146 @@
+"""POST /v1/decisions without the HTTP plumbing: authenticate, check the body, decide.
+
+`DecisionHandler.handle` is synchronous (SQLite and polars) and runs in the server's thread
+pool. The order of checks: the key first (nothing is said about a request whose caller is not
+known), then content type, size, JSON, validation, charge and evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pipeline.errors import PipelineError, RequestValidationError
+from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey, check_key_format
+from pipeline.service.errors import ApiError, internal_error, translate
+
+log = logging.getLogger("pipeline.service")
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_IDEMPOTENCY_KEY_CHARS = 255
+
+
+class Decider(Protocol):
+    """What the service needs of `pipeline.decisions.DecisionDesk`."""
+
+    def decide(
+        self,
+        body: bytes,
+        *,
+        workspace: str,
+        idempotency_key: str | None = None,
+        key_prefix: str | None = None,
+    ) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Incoming:
+    authorization: str | None
+    content_type: str | None
+    body: bytes | None  # None: larger than the limit, not read
+    idempotency_key: str | None = None
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The key of an `Authorization: Bearer sk-...` header, its format and checksum checked."""
+    if not authorization:
+        raise InvalidApiKey("missing API key: send the header Authorization: Bearer sk-...")
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise InvalidApiKey("the Authorization header must be: Bearer sk-...")
+    token = token.strip()
+    if not check_key_format(token):
+        raise InvalidApiKey("the API key is malformed; check that it was copied whole")
+    return token
+
+
+def check_content_type(content_type: str | None) -> None:
+    media_type = (content_type or "").partition(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            "send the request body as JSON with the header Content-Type: application/json",
+        )
+
+
+def check_idempotency_key(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not (0 < len(value) <= MAX_IDEMPOTENCY_KEY_CHARS) or not value.isprintable():
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            f"the Idempotency-Key header must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} printable "
+            "characters, for example a UUID",
+        )
+    return value
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True
+
+
+class DecisionHandler:
+    def __init__(
+        self, desk: Decider, accounts: AccountStore, *, max_body_bytes: int = MAX_BODY_BYTES
+    ) -> None:
+        self.desk = desk
+        self.accounts = accounts
+        self.max_body_bytes = max_body_bytes
+
+    def authenticate(self, authorization: str | None) -> Caller:
+        return self.accounts.authenticate(bearer_token(authorization))
+
+    def handle(self, incoming: Incoming, seen: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The 200 body, or ApiError with the status and body to send.
+
+        `seen["key_prefix"]` is set to the caller's display prefix, for the access log."""
+        caller: Caller | None = None
+        try:
+            caller = self.authenticate(incoming.authorization)
+            if seen is not None:
+                seen["key_prefix"] = caller.key_prefix
+            check_content_type(incoming.content_type)
+            if incoming.body is None:
+                raise ApiError(
+                    413,
+                    "payload_too_large",
+                    f"the request body is larger than {self.max_body_bytes} bytes",
+                )
+            idempotency_key = check_idempotency_key(incoming.idempotency_key)
+            return self._decide(incoming.body, caller, idempotency_key)
+        except ApiError:
+            raise
+        except PipelineError as exc:
+            error = translate(exc)
+            if error.status == 500:
+                prefix = caller.key_prefix if caller else "-"
+                log.error("unexpected %s for key %s", type(exc).__name__, prefix)
+            raise error from None
+
+    def _decide(self, body: bytes, caller: Caller, idempotency_key: str | None) -> dict[str, Any]:
+        try:
+            return self.desk.decide(
+                body,
+                workspace=caller.workspace,
+                idempotency_key=idempotency_key,
+                key_prefix=caller.key_prefix,
+            )
+        except RequestValidationError as exc:
+            if exc.field == "body" and not _is_json(body):
+                raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
+            raise
+        except PipelineError:
+            raise
+        except Exception:
+            # DecisionDesk has refunded the charge. The traceback names engine code only: the
+            # key never reaches the engine.
+            log.exception("decision failed for key %s", caller.key_prefix)
+            raise internal_error() from None

@@ -1,0 +1,82 @@
+"""The OpenAPI document: the spec's request, response and error bodies and every status code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from pipeline.engine.models import DecisionRequest, DecisionResponse, ErrorBody
+
+_ERRORS: dict[int, str] = {
+    400: "`invalid_json`: the body is not JSON; `invalid_idempotency_key`.",
+    401: "`invalid_api_key`: the key is missing, malformed, unknown or revoked.",
+    402: "`insufficient_decisions`: the balance is lower than the cost (`required`, `balance`).",
+    409: "`request_in_progress`: a request with this Idempotency-Key is still running.",
+    413: "`payload_too_large`: the body is larger than the limit.",
+    415: "`unsupported_media_type`: the body is not sent as application/json.",
+    422: "`validation_error` (`field`, dotted path) or `idempotency_key_reused`.",
+    500: "`internal_error`: the evaluation failed; the charge was refunded.",
+}
+
+_HEADERS: dict[int, dict[str, Any]] = {
+    401: {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
+    409: {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}},
+}
+
+
+def decision_responses() -> dict[int | str, dict[str, Any]]:
+    responses: dict[int | str, dict[str, Any]] = {
+        200: {"model": DecisionResponse, "description": "The decision, charged."}
+    }
+    for status, description in _ERRORS.items():
+        responses[status] = {"model": ErrorBody, "description": description}
+        if status in _HEADERS:
+            responses[status]["headers"] = _HEADERS[status]
+    return responses
+
+
+DECISION_OPERATION: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/DecisionRequest"}}
+        },
+    },
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "description": "Replays the first response without a new charge; kept 24 h.",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+        }
+    ],
+    "security": [{"bearer": []}],
+}
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Add the request model and the bearer scheme to FastAPI's generated document."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            components = document.setdefault("components", {})
+            schemas = components.setdefault("schemas", {})
+            request = DecisionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(request.pop("$defs", {}))
+            schemas["DecisionRequest"] = request
+            components["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "sk-... API key"}
+            }
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

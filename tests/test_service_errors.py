@@ -1,0 +1,163 @@
+"""Every error of the spec and DESIGN.md over real HTTP: status, code, extra fields, headers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pipeline.ledger.accounts import generate_key
+from tests.test_service_fixtures import FailingEngine, FakeEngine, Service, body, start_service
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    yield from start_service(tmp_path, FakeEngine())
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, object]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    payload = response.json()
+    assert payload["error"] == code
+    assert isinstance(payload["message"], str) and payload["message"]
+    return payload
+
+
+# -- authentication --------------------------------------------------------------------------
+
+
+def _mistyped(key: str) -> str:
+    return key[:-1] + ("a" if key[-1] != "a" else "b")
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "", "Bearer", "bearer x", "Basic abc", "Bearer not-a-key", "Token sk-abc"],
+)
+def test_missing_or_malformed_key(service: Service, authorization: str | None) -> None:
+    headers = {} if authorization is None else {"Authorization": authorization}
+    response = service.client.post(f"{service.url}/v1/decisions", json=body(), headers=headers)
+    assert_error(response, 401, "invalid_api_key")
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_mistyped_unknown_and_revoked_keys(service: Service) -> None:
+    for key in (_mistyped(service.key), generate_key()):
+        response = service.post(body(), key=key)
+        assert_error(response, 401, "invalid_api_key")
+        assert key not in response.text
+    prefix = service.accounts.list_keys("acme-broker")[0].prefix
+    assert service.post(body()).status_code == 200
+    service.accounts.revoke_key(prefix)
+    assert_error(service.post(body()), 401, "invalid_api_key")
+    assert service.balance() == 99
+
+
+def test_every_key_of_the_workspace_spends_one_balance(service: Service) -> None:
+    service.accounts.create_account("acme-agency", "acme", "agency")
+    other = service.accounts.create_key("acme-agency").key
+    assert service.post(body()).json()["decisions_remaining"] == 99
+    assert service.post(body(), key=other).json()["decisions_remaining"] == 98
+
+
+def test_auth_comes_before_everything_else(service: Service) -> None:
+    response = service.client.post(
+        f"{service.url}/v1/decisions",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {generate_key()}", "Content-Type": "text/plain"},
+    )
+    assert_error(response, 401, "invalid_api_key")
+
+
+# -- the request -----------------------------------------------------------------------------
+
+
+def test_validation_error_names_the_field(service: Service) -> None:
+    bad = body(property={"type": "apartment", "price": 900000, "area": -5})
+    payload = assert_error(service.post(bad), 422, "validation_error")
+    assert payload["field"] == "property.area"
+    assert "property.area" in str(payload["message"])
+    payload = assert_error(service.post(body(location={})), 422, "validation_error")
+    assert payload["field"] == "location.city"
+    payload = assert_error(service.post([1, 2]), 422, "validation_error")
+    assert payload["field"] == "body"
+    assert service.balance() == 100
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"", b'{"a": 1', b"\xff\xfe"])
+def test_malformed_json(service: Service, content: bytes) -> None:
+    response = service.post(content=content, headers={"Content-Type": "application/json"})
+    assert_error(response, 400, "invalid_json")
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_wrong_content_type(service: Service, content_type: str | None) -> None:
+    headers = {"Content-Type": content_type} if content_type else {}
+    response = service.post(content=b'{"a": 1}', headers=headers)
+    assert_error(response, 415, "unsupported_media_type")
+
+
+def test_content_type_with_charset_is_json(service: Service) -> None:
+    import json
+
+    response = service.post(
+        content=json.dumps(body()).encode(),
+        headers={"Content-Type": "application/json; charset=utf-8"},
+    )
+    assert response.status_code == 200
+
+
+def test_oversized_body(service: Service) -> None:
+    big = body(padding="x" * 70_000)
+    assert_error(service.post(big), 413, "payload_too_large")
+
+    def chunks():  # no Content-Length: the limit holds on the stream too
+        for _ in range(20):
+            yield b"x" * 8192
+
+    response = service.post(content=chunks(), headers={"Content-Type": "application/json"})
+    assert_error(response, 413, "payload_too_large")
+
+
+def test_bad_idempotency_key(service: Service) -> None:
+    response = service.post(body(), headers={"Idempotency-Key": "x" * 300})
+    assert_error(response, 400, "invalid_idempotency_key")
+
+
+def test_insufficient_decisions(tmp_path: Path) -> None:
+    for svc in start_service(tmp_path, FailingEngine(), balance=2):
+        payload = assert_error(svc.post(body(reasoning=True)), 402, "insufficient_decisions")
+        assert (payload["required"], payload["balance"]) == (3, 2)
+
+
+def test_unknown_route_and_wrong_method(service: Service) -> None:
+    assert_error(service.client.get(f"{service.url}/v2/nothing"), 404, "not_found")
+    response = service.client.get(f"{service.url}/v1/decisions")
+    assert_error(response, 405, "method_not_allowed")
+    assert "POST" in response.headers["allow"]
+
+
+# -- failures after the charge ---------------------------------------------------------------
+
+
+def test_engine_failure_is_a_bare_500_and_refunded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    for svc in start_service(tmp_path, FailingEngine(), balance=10):
+        response = svc.post(body())
+        payload = assert_error(response, 500, "internal_error")
+        assert set(payload) == {"error", "message"}
+        assert "Traceback" not in response.text and "fell over" not in response.text
+        assert svc.key not in response.text
+        assert svc.balance() == 10
+        kinds = [(e["kind"], e["amount"]) for e in svc.ledger.entries("acme")]
+        assert kinds == [("opening", 10), ("charge", -1), ("refund", 1)]
+        charge = svc.ledger.entries("acme")[1]
+        assert charge["key_prefix"] == svc.key[:11] and charge["fingerprint"]
+    assert svc.key not in caplog.text
+    assert svc.key[3:] not in caplog.text
