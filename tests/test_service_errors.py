@@ -10,7 +10,14 @@ import httpx
 import pytest
 
 from pipeline.ledger.accounts import generate_key
-from tests.test_service_fixtures import FailingEngine, FakeEngine, Service, body, start_service
+from tests.test_service_fixtures import (
+    FailingEngine,
+    FakeEngine,
+    Service,
+    body,
+    running_service,
+    start_service,
+)
 
 
 @pytest.fixture
@@ -129,7 +136,7 @@ def test_bad_idempotency_key(service: Service) -> None:
 
 
 def test_insufficient_decisions(tmp_path: Path) -> None:
-    for svc in start_service(tmp_path, FailingEngine(), balance=2):
+    with running_service(tmp_path, FailingEngine(), balance=2) as svc:
         payload = assert_error(svc.post(body(reasoning=True)), 402, "insufficient_decisions")
         assert (payload["required"], payload["balance"]) == (3, 2)
 
@@ -148,7 +155,7 @@ def test_engine_failure_is_a_bare_500_and_refunded(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    for svc in start_service(tmp_path, FailingEngine(), balance=10):
+    with running_service(tmp_path, FailingEngine(), balance=10) as svc:
         response = svc.post(body())
         payload = assert_error(response, 500, "internal_error")
         assert set(payload) == {"error", "message"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,3 +114,6 @@ def start_service(
             yield service
         finally:
             service.client.close()
+
+
+running_service = contextmanager(start_service)
