@@ -13,8 +13,9 @@ The steps, in order (both implementations follow them exactly):
 2. Drop every combining mark (tashkeel, hamza/madda marks, Latin accents) and the
    invisible characters (tatweel, zero-width and bidi controls). Decomposing rather than
    composing makes the result stable: nothing left can recombine on a second pass.
-3. Fold letters and digits: `ٱ` -> `ا`, `ى ی` -> `ي`, `ک` -> `ك`, `ة` -> `ه`, Arabic-Indic
-   and Persian digits -> ASCII. Apostrophes vanish (`Ha'il` -> `hail`); hyphens, dots,
+3. Fold letters and digits: `ٱ` -> `ا`, `ى ی` -> `ي`, `ک` -> `ك`, `ة` -> `ه`, a lone hamza
+   `ء` is dropped (REGA writes الصفا where MOJ writes الصفاء), Arabic-Indic and Persian
+   digits -> ASCII. Apostrophes vanish (`Ha'il` -> `hail`); hyphens, dots,
    commas, slashes and brackets become spaces.
 4. Collapse whitespace and trim.
 5. Drop leading `حي` and English articles (`al`, `el` and the assimilated `ar as ash ad
@@ -43,6 +44,7 @@ _FOLD: dict[str, str] = {
     "\u06cc": "\u064a",  # Persian yeh -> ya
     "\u06a9": "\u0643",  # keheh -> kaf
     "\u0629": "\u0647",  # ta marbuta -> ha
+    "\u0621": "",  # lone hamza: الصفاء / الصفا, غبيراء / غبيرا name the same place
     **{chr(0x0660 + i): str(i) for i in range(10)},  # Arabic-Indic digits
     **{chr(0x06F0 + i): str(i) for i in range(10)},  # Persian digits
     **dict.fromkeys("'`\u2018\u2019\u02bc\u02bb\u00b4", ""),

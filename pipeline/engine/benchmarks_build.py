@@ -1,0 +1,463 @@
+"""Build the benchmark tables from the official MOJ and REGA files (`../shared/data`).
+
+Two CSVs come out, described (sources, rules, how to trace a figure) in
+`sample_data/BENCHMARKS.md`:
+
+- `benchmarks.csv`: price per m2 percentiles (p25 / median / p75) and transaction counts
+  per city and per (city, district) from the MOJ 2024 deeds, the only deed-level source,
+  plus `yoy_pct` from the REGA quarterly aggregates.
+- `market_averages.csv`: mean price per m2 per city and property type from REGA.
+
+Every figure is derived, not official data. Output is sorted and rounded so that a rebuild
+from the same files is byte-identical.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.engine.aliases import city_key_expr, district_key_expr
+from pipeline.engine.names import normalize_name_expr
+
+MOJ_FILE = Path("moj") / "moj-sales-2024-clean.csv.gz"
+QUARTER_REPORT_FILE = Path("rega") / "quarter-report-SI-2018Q1-2023Q3.csv"
+SALES_INDICATORS_DIR = Path("rega") / "sales-indicators"
+
+BENCHMARK_YEAR = 2024
+# Fewer deeds than this and a district gets no row of its own (it falls back to its city);
+# a city gets no row at all. With 30 deeds the quartiles move little when one deed changes.
+MIN_TRANSACTIONS = 30
+# Agricultural deeds price farmland per m2 (median 60 SAR) and would drag every urban
+# benchmark down; the spec's types are all urban.
+CLASSIFICATIONS = ("Residential", "Commercial")
+# MOJ district labels that name no district: "other", "outside district boundaries".
+NOT_A_DISTRICT = frozenset({"اخري", "خارج حدود الاحياء"})
+
+# yoy_pct compares the same quarters (Q1-Q3) of the year before, type by type.
+YOY_QUARTERS = (1, 2, 3)
+# Deeds a (place, type) cell needs in each year to enter the comparison, and a place in total.
+YOY_MIN_TYPE_DEEDS = 10
+YOY_MIN_DEEDS = MIN_TRANSACTIONS
+# A market average needs this many priced deeds behind it.
+MIN_MARKET_DEEDS = MIN_TRANSACTIONS
+
+BENCHMARK_COLUMNS = (
+    "city_key",
+    "district_key",
+    "city_ar",
+    "district_ar",
+    "level",
+    "median_sqm",
+    "p25_sqm",
+    "p75_sqm",
+    "year",
+    "transaction_count",
+    "yoy_pct",
+)
+MARKET_COLUMNS = ("city_key", "type", "avg_sqm", "deed_count", "year", "level")
+TYPE_ORDER = ("apartment", "villa", "land", "commercial", "office")
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What a build read, kept and wrote; `lines()` is what the CLI prints."""
+
+    benchmarks_path: Path
+    market_averages_path: Path
+    deeds_read: int
+    deeds_used: int
+    excluded_agricultural: int
+    excluded_multi_property: int
+    benchmark_rows: int
+    cities: int
+    districts: int
+    rows_with_yoy: int
+    market_rows: int
+
+    def lines(self) -> list[str]:
+        return [
+            f"MOJ deeds read: {self.deeds_read:,}; used: {self.deeds_used:,} "
+            f"(excluded agricultural {self.excluded_agricultural:,}, "
+            f"multi-property {self.excluded_multi_property:,})",
+            f"{self.benchmarks_path}: {self.benchmark_rows} rows, {self.cities} cities, "
+            f"{self.districts} districts, {self.rows_with_yoy} with yoy_pct",
+            f"{self.market_averages_path}: {self.market_rows} rows",
+        ]
+
+
+def read_moj_deeds(path: Path) -> pl.DataFrame:
+    """MOJ deeds with their keys: city_key, district_key (null when no district is named),
+    city_ar, district_ar, classification, num_properties, price_per_sqm."""
+    deeds = pl.read_csv(
+        path,
+        columns=["city_ar", "district_ar", "classification", "num_properties", "price_per_sqm"],
+        schema_overrides={"num_properties": pl.Float64, "price_per_sqm": pl.Float64},
+    )
+    # district_ar is written "city/district"; the city part repeats city_ar.
+    district = pl.col("district_ar").str.split_exact("/", 1).struct.field("field_1")
+    deeds = deeds.with_columns(
+        pl.col("city_ar").str.strip_chars(),
+        district.str.strip_chars().alias("district_ar"),
+    ).with_columns(city_key=city_key_expr(pl.col("city_ar")))
+    deeds = deeds.with_columns(
+        district_key=district_key_expr(pl.col("district_ar"), pl.col("city_key"))
+    )
+    # "Other", "outside the boundaries", or the city's own name: no district to benchmark.
+    named = ~pl.col("district_key").is_in(list(NOT_A_DISTRICT)) & (
+        pl.col("district_key") != pl.col("city_key")
+    )
+    return deeds.with_columns(district_key=pl.when(named).then(pl.col("district_key")))
+
+
+# REGA headers (stripped of BOM and spaces) -> our names. Files before 2025 call the value
+# column مجموع سعر العقار, later ones قيمة الصفقات; the second "الربع" is the quarter's name.
+_SALES_HEADERS = {
+    "السنة": "year",
+    "الربع": "quarter",
+    "رقم الربع": "quarter_id",
+    "المنطقة": "region",
+    "المدينة": "city",
+    "الحي": "district",
+    "نوع العقار": "rega_type",
+    "تصنيف العقار": "rega_class",
+    "عدد الصكوك": "deeds",
+    "مجموع سعر العقار": "value",
+    "قيمة الصفقات": "value",
+    "المساحة M2": "area",
+    "متوسط سعر المتر": "sqm",
+    "الحد الأعلى لسعر المتر": "max_sqm",
+    "الحد الأدنى لسعر المتر": "min_sqm",
+}
+# A published cell mean outside this range (SAR/m2) is a data error, not a market price.
+VALID_SQM = (10.0, 100_000.0)
+
+
+def _spec_type(rega_type: pl.Expr, rega_class: pl.Expr) -> pl.Expr:
+    """REGA property category -> the spec's type (null for categories the spec lacks).
+
+    Until 2024 land comes as "قطعة أرض-سكنى" / "قطعة أرض-تجارى"; from 2025 as "أرض" with a
+    classification column. Commercial is commercial land: the only commercial category
+    published for a full year.
+    """
+    t, c = normalize_name_expr(rega_type), normalize_name_expr(rega_class)
+    return (
+        pl.when(t == "شقه")
+        .then(pl.lit("apartment"))
+        .when(t == "فيلا")
+        .then(pl.lit("villa"))
+        .when((t == "قطعه ارض سكني") | ((t == "ارض") & (c == "سكني")))
+        .then(pl.lit("land"))
+        .when((t == "قطعه ارض تجاري") | ((t == "ارض") & (c == "تجاري")))
+        .then(pl.lit("commercial"))
+    )
+
+
+def _rega_cells(frame: pl.DataFrame) -> pl.DataFrame:
+    """Common shape of both REGA sources: year, quarter, city_key, district_key, type,
+    deeds, sqm; only cells of a spec type with a plausible published mean."""
+    low, high = VALID_SQM
+    return (
+        frame.with_columns(
+            city_key=city_key_expr(pl.col("city")),
+            type=_spec_type(pl.col("rega_type"), pl.col("rega_class")),
+        )
+        .with_columns(district_key=district_key_expr(pl.col("district"), pl.col("city_key")))
+        .with_columns(
+            district_key=pl.when(~pl.col("district_key").is_in(list(NOT_A_DISTRICT))).then(
+                pl.col("district_key")
+            )
+        )
+        .filter(
+            pl.col("type").is_not_null(), pl.col("sqm").is_between(low, high), pl.col("deeds") > 0
+        )
+        .select("year", "quarter", "city_key", "district_key", "type", "deeds", "sqm")
+    )
+
+
+def read_quarter_report(path: Path) -> pl.DataFrame:
+    """REGA quarter report 2018Q1-2023Q3 as cells (see `_rega_cells`); `sqm` is its
+    Meter_Price_W_Avg_IQR (area-weighted mean after an IQR filter, blank for small cells)."""
+    raw = pl.read_csv(path, infer_schema=False, encoding="utf8-lossy")
+    raw = raw.rename({c: c.strip().lstrip("\ufeff").strip() for c in raw.columns})
+    frame = raw.select(
+        year=pl.col("yearnumber").str.strip_chars().cast(pl.Int64),
+        quarter=pl.col("quarternumber").str.strip_chars().cast(pl.Int64),
+        city=pl.col("city_ar").str.strip_chars(),
+        district=pl.col("district_ar").str.strip_chars(),
+        rega_type=pl.col("typecategoryar").str.strip_chars(),
+        rega_class=pl.lit(None, pl.String),
+        deeds=pl.col("deed_counts").cast(pl.Float64).cast(pl.Int64),
+        sqm=pl.col("Meter_Price_W_Avg_IQR").cast(pl.Float64),
+    )
+    return _rega_cells(frame)
+
+
+def _read_sales_file(path: Path) -> pl.DataFrame:
+    with path.open(encoding="utf-8-sig") as f:
+        header = next(csv.reader(f))
+    names: list[str] = []
+    for i, title in enumerate(header):
+        name = _SALES_HEADERS.get(title.strip(), f"unused_{i}")
+        names.append("quarter_name" if name == "quarter" and "quarter" in names else name)
+    frame = pl.read_csv(
+        path,
+        has_header=False,
+        skip_rows=1,
+        new_columns=names,
+        infer_schema=False,
+        null_values=["NULL", ""],
+        encoding="utf8-lossy",
+    )
+    if "rega_class" not in frame.columns:
+        frame = frame.with_columns(rega_class=pl.lit(None, pl.String))
+    frame = frame.with_columns(pl.col(pl.String).str.strip_chars())
+    return frame.select(
+        year=pl.col("year").cast(pl.Float64).cast(pl.Int64),
+        quarter=pl.col("quarter").cast(pl.Float64).cast(pl.Int64),
+        city=pl.col("city"),
+        district=pl.col("district"),
+        rega_type=pl.col("rega_type"),
+        rega_class=pl.col("rega_class"),
+        deeds=pl.col("deeds").cast(pl.Float64).cast(pl.Int64),
+        sqm=pl.col("sqm").cast(pl.Float64),
+    ).filter(pl.col("year").is_not_null())
+
+
+def read_sales_indicators(directory: Path) -> pl.DataFrame:
+    """All REGA sales-indicator files as cells (see `_rega_cells`). Year and quarter come
+    from the columns, never the file name; a row published twice counts once. `sqm` is the
+    published mean price per m2, blank for cells of fewer than five deeds."""
+    files = sorted(Path(directory).glob("*.csv"))
+    if not files:
+        raise FileNotFoundError(f"no REGA sales-indicator CSV files in {directory}")
+    frame = pl.concat([_read_sales_file(f) for f in files]).unique(maintain_order=True)
+    return _rega_cells(frame)
+
+
+def _label(deeds: pl.DataFrame, keys: list[str], raw: str) -> pl.DataFrame:
+    """The most frequent official spelling behind each key (ties: the smallest string)."""
+    return (
+        deeds.group_by([*keys, raw])
+        .len()
+        .sort([*keys, "len", raw], descending=[False] * len(keys) + [True, False])
+        .group_by(keys, maintain_order=True)
+        .first()
+        .drop("len")
+    )
+
+
+def _percentiles(deeds: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    sqm = pl.col("price_per_sqm")
+    return (
+        deeds.group_by(keys)
+        .agg(
+            median_sqm=sqm.median(),
+            p25_sqm=sqm.quantile(0.25, interpolation="linear"),
+            p75_sqm=sqm.quantile(0.75, interpolation="linear"),
+            transaction_count=pl.len().cast(pl.Int64),
+        )
+        .filter(pl.col("transaction_count") >= MIN_TRANSACTIONS)
+    )
+
+
+def moj_benchmarks(deeds: pl.DataFrame) -> pl.DataFrame:
+    """City and district percentile rows (no yoy_pct yet) from the kept deeds."""
+    city_label = _label(deeds, ["city_key"], "city_ar")
+    cities = _percentiles(deeds, ["city_key"]).join(city_label, on="city_key")
+    with_district = deeds.filter(pl.col("district_key").is_not_null())
+    districts = (
+        _percentiles(with_district, ["city_key", "district_key"])
+        .join(cities.select("city_key", "city_ar"), on="city_key")  # only cities with a row
+        .join(
+            _label(with_district, ["city_key", "district_key"], "district_ar"),
+            on=["city_key", "district_key"],
+        )
+    )
+    cities = cities.with_columns(
+        district_key=pl.lit(None, pl.String),
+        district_ar=pl.lit(None, pl.String),
+        level=pl.lit("city"),
+    )
+    districts = districts.with_columns(level=pl.lit("district"))
+    return pl.concat([cities, districts], how="diagonal_relaxed").with_columns(
+        year=pl.lit(BENCHMARK_YEAR, pl.Int64)
+    )
+
+
+def _type_means(cells: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Deed-weighted mean price per m2 and deed count per key and type."""
+    return (
+        cells.group_by([*keys, "type"])
+        .agg(
+            sqm=(pl.col("sqm") * pl.col("deeds")).sum() / pl.col("deeds").sum(),
+            deeds=pl.col("deeds").sum(),
+        )
+        .filter(pl.col("deeds") > 0)
+    )
+
+
+def yoy_by_place(
+    before: pl.DataFrame, after: pl.DataFrame, keys: list[str], within: tuple[str, ...] = ()
+) -> pl.DataFrame:
+    """Mix-adjusted change in percent, `after` against `before`, per `keys`.
+
+    Prices are compared cell by cell, a cell being a property type (and each of `within`,
+    e.g. the district, for a city figure); each cell's price ratio is weighted by its deeds
+    in both years. So a city that sold more cheap outskirts land this year does not look
+    cheaper just for that. Cells without a value for a `within` column do not take part.
+    """
+    cell = [*keys, *within]
+    pairs = _type_means(before, cell).join(
+        _type_means(after, cell), on=[*cell, "type"], suffix="_after"
+    )
+    pairs = pairs.filter(
+        (pl.col("deeds") >= YOY_MIN_TYPE_DEEDS) & (pl.col("deeds_after") >= YOY_MIN_TYPE_DEEDS)
+    ).with_columns(weight=pl.col("deeds") + pl.col("deeds_after"))
+    ratio = pl.col("sqm_after") / pl.col("sqm")
+    return (
+        pairs.group_by(keys)
+        .agg(
+            yoy_pct=((ratio * pl.col("weight")).sum() / pl.col("weight").sum() - 1) * 100,
+            deeds=pl.col("deeds").sum(),
+            deeds_after=pl.col("deeds_after").sum(),
+        )
+        .filter((pl.col("deeds") >= YOY_MIN_DEEDS) & (pl.col("deeds_after") >= YOY_MIN_DEEDS))
+        .select(*keys, "yoy_pct")
+    )
+
+
+def attach_yoy(bench: pl.DataFrame, before: pl.DataFrame, after: pl.DataFrame) -> pl.DataFrame:
+    """yoy_pct of the district where it has enough deeds in both years, else of its city
+    (compared district by district where REGA names districts, else type by type)."""
+    by_district = yoy_by_place(before, after, ["city_key", "district_key"])
+    by_city = (
+        yoy_by_place(before, after, ["city_key"], ("district_key",))
+        .join(yoy_by_place(before, after, ["city_key"]), on="city_key", how="full", coalesce=True)
+        .select("city_key", city_yoy=pl.coalesce("yoy_pct", "yoy_pct_right"))
+    )
+    return (
+        bench.join(by_district, on=["city_key", "district_key"], how="left")
+        .join(by_city, on="city_key", how="left")
+        .with_columns(yoy_pct=pl.coalesce("yoy_pct", "city_yoy"))
+        .drop("city_yoy")
+    )
+
+
+def market_averages(latest: pl.DataFrame, fallback: pl.DataFrame) -> pl.DataFrame:
+    """Mean price per m2 per city and type: from `latest` (REGA 2024, a full year) where a
+    city has it, else from `fallback` (the quarter report's last year); a national row per
+    type from `fallback`, which covers the whole country. Office is derived, see BENCHMARKS.md.
+    """
+
+    def averages(cells: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+        return (
+            _type_means(cells, [*keys, "year"])
+            .filter(pl.col("deeds") >= MIN_MARKET_DEEDS)
+            .rename({"sqm": "avg_sqm", "deeds": "deed_count"})
+        )
+
+    latest, fallback_cities = (
+        f.filter(pl.col("city_key").is_not_null()) for f in (latest, fallback)
+    )
+    recent = averages(latest, ["city_key"])
+    older = averages(fallback_cities, ["city_key"]).join(
+        recent, on=["city_key", "type"], how="anti"
+    )
+    national = averages(fallback, []).with_columns(city_key=pl.lit(None, pl.String))
+    rows = pl.concat(
+        [
+            pl.concat([recent, older], how="diagonal_relaxed").with_columns(level=pl.lit("city")),
+            national.with_columns(level=pl.lit("national")),
+        ],
+        how="diagonal_relaxed",
+    )
+    # No source has offices; the office row repeats commercial (the same "تجاري" class).
+    offices = rows.filter(pl.col("type") == "commercial").with_columns(type=pl.lit("office"))
+    return pl.concat([rows, offices], how="diagonal_relaxed")
+
+
+def _finish_benchmarks(bench: pl.DataFrame) -> pl.DataFrame:
+    return bench.select(
+        pl.col("city_key"),
+        pl.col("district_key"),
+        pl.col("city_ar"),
+        pl.col("district_ar"),
+        pl.col("level"),
+        pl.col("median_sqm").round(2),
+        pl.col("p25_sqm").round(2),
+        pl.col("p75_sqm").round(2),
+        pl.col("year").cast(pl.Int64),
+        pl.col("transaction_count").cast(pl.Int64),
+        pl.col("yoy_pct").round(1),
+    ).sort(["city_key", "district_key"], nulls_last=False)
+
+
+def _finish_market(rows: pl.DataFrame) -> pl.DataFrame:
+    order = {t: i for i, t in enumerate(TYPE_ORDER)}
+    return (
+        rows.with_columns(_order=pl.col("type").replace_strict(order, return_dtype=pl.Int64))
+        .sort(["city_key", "_order"], nulls_last=False)
+        .select(
+            pl.col("city_key"),
+            pl.col("type"),
+            pl.col("avg_sqm").round(2),
+            pl.col("deed_count").cast(pl.Int64),
+            pl.col("year").cast(pl.Int64),
+            pl.col("level"),
+        )
+    )
+
+
+def build(sources_dir: Path, out_path: Path) -> BuildReport:
+    """Read the official files under `sources_dir` and write `out_path` (benchmarks.csv)
+    and `market_averages.csv` beside it."""
+    sources_dir, out_path = Path(sources_dir), Path(out_path)
+    deeds = read_moj_deeds(sources_dir / MOJ_FILE)
+    urban = deeds.filter(pl.col("classification").is_in(CLASSIFICATIONS))
+    # A multi-property deed's price covers all its units but its area may not: price/m2 mixes.
+    kept = urban.filter(pl.col("num_properties") == 1)
+
+    quarter_report = read_quarter_report(sources_dir / QUARTER_REPORT_FILE)
+    indicators = read_sales_indicators(sources_dir / SALES_INDICATORS_DIR)
+    last_report_year = quarter_report["year"].max()
+    before = quarter_report.filter(
+        pl.col("year") == BENCHMARK_YEAR - 1, pl.col("quarter").is_in(YOY_QUARTERS)
+    )
+    after = indicators.filter(
+        pl.col("year") == BENCHMARK_YEAR, pl.col("quarter").is_in(YOY_QUARTERS)
+    )
+
+    bench = _finish_benchmarks(attach_yoy(moj_benchmarks(kept), before, after))
+    market = _finish_market(
+        market_averages(
+            indicators.filter(pl.col("year") == BENCHMARK_YEAR),
+            quarter_report.filter(pl.col("year") == last_report_year),
+        )
+    )
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    market_path = out_path.with_name("market_averages.csv")
+    bench.write_csv(out_path)
+    market.write_csv(market_path)
+    return BuildReport(
+        benchmarks_path=out_path,
+        market_averages_path=market_path,
+        deeds_read=deeds.height,
+        deeds_used=kept.height,
+        excluded_agricultural=deeds.height - urban.height,
+        excluded_multi_property=urban.height - kept.height,
+        benchmark_rows=bench.height,
+        cities=int((bench["level"] == "city").sum()),
+        districts=int((bench["level"] == "district").sum()),
+        rows_with_yoy=int(bench["yoy_pct"].is_not_null().sum()),
+        market_rows=market.height,
+    )
+
+
+def build_benchmarks(data_dir: Path, out: Path) -> BuildReport:
+    """Alias of `build`."""
+    return build(data_dir, out)
