@@ -137,8 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     build.set_defaults(handler=cmd_benchmarks_build)
 
     from pipeline.batch.cli import add_score_command
+    from pipeline.service_cli import add_service_commands
 
     add_score_command(commands)
+    add_service_commands(commands)
     return parser
 
 

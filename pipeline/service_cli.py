@@ -1,0 +1,144 @@
+"""`decisions serve`, `decisions account create`, `decisions key create|revoke|list`.
+
+Parsing only; the work is in pipeline.service and pipeline.ledger.accounts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipeline.ledger.accounts import ACCOUNT_TYPES, AccountError, KeyInfo, SqliteAccounts
+from pipeline.settings import Settings, db_path
+
+DEMO_WORKSPACE = "demo"
+DEMO_ACCOUNT = "demo-broker"
+DEMO_BALANCE = 1000
+
+_CURL = """\
+curl -s http://{host}:{port}/v1/decisions \\
+  -H "Authorization: Bearer $DECISIONS_API_KEY" \\
+  -H "Content-Type: application/json" \\
+  -d '{{"property": {{"type": "apartment", "price": 950000, "area": 140, "bedrooms": 3}},
+       "location": {{"city": "Riyadh", "district": "Al Malqa"}}, "reasoning": false}}'"""
+
+
+def _db(args: argparse.Namespace, settings: Settings) -> Path:
+    from pipeline.ledger.sqlite import SqliteLedger
+
+    path = db_path(args.db) if args.db else settings.resolve(settings.ledger.db)
+    SqliteLedger(path).ensure_workspace(settings.ledger.workspace, settings.ledger.initial_balance)
+    return path
+
+
+def _key_row(info: KeyInfo) -> dict[str, Any]:
+    return {
+        "account": info.account,
+        "key": info.display,
+        "created_at": info.created_at,
+        "revoked": info.revoked_at is not None,
+    }
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.service.server import build_app, serve
+
+    db = _db(args, settings)
+    if args.demo:
+        _ensure_demo(db)
+        db_option = f" --db {args.db}" if args.db else ""
+        print(
+            f"Demo workspace {DEMO_WORKSPACE!r} ({DEMO_BALANCE} decisions), account "
+            f"{DEMO_ACCOUNT!r}. Create a key in another terminal (printed once):\n\n"
+            f"  export DECISIONS_API_KEY=$(.venv/bin/decisions key create "
+            f"--account {DEMO_ACCOUNT}{db_option})\n\nthen ask for a decision:\n\n"
+            + _CURL.format(host=args.host, port=args.port)
+            + "\n",
+            flush=True,
+        )
+    app = build_app(db, settings.resolve(settings.benchmarks.table))
+    serve(app, host=args.host, port=args.port)
+    return 0
+
+
+def _ensure_demo(db: Path) -> None:
+    from pipeline.ledger.sqlite import SqliteLedger
+
+    SqliteLedger(db).ensure_workspace(DEMO_WORKSPACE, DEMO_BALANCE)
+    accounts = SqliteAccounts(db)
+    try:
+        accounts.account(DEMO_ACCOUNT)
+    except AccountError:
+        accounts.create_account(DEMO_ACCOUNT, DEMO_WORKSPACE, "broker")
+
+
+def cmd_account_create(args: argparse.Namespace, settings: Settings) -> int:
+    account = SqliteAccounts(_db(args, settings)).create_account(
+        args.name, args.workspace, args.type
+    )
+    print(json.dumps({"account": account.name, "workspace": account.workspace, "type": args.type}))
+    return 0
+
+
+def cmd_key_create(args: argparse.Namespace, settings: Settings) -> int:
+    new = SqliteAccounts(_db(args, settings)).create_key(args.account)
+    print(
+        f"API key for {args.account} ({new.info.display}); it is shown only this once.",
+        file=sys.stderr,
+    )
+    print(new.key)
+    return 0
+
+
+def cmd_key_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    info = SqliteAccounts(_db(args, settings)).revoke_key(args.prefix)
+    print(json.dumps(_key_row(info)))
+    return 0
+
+
+def cmd_key_list(args: argparse.Namespace, settings: Settings) -> int:
+    for info in SqliteAccounts(_db(args, settings)).list_keys(args.account):
+        print(json.dumps(_key_row(info)))
+    return 0
+
+
+def _db_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", help="ledger: a SQLite path or sqlite:///PATH (env DECISIONS_DB)")
+
+
+def add_service_commands(commands: Any) -> None:
+    """Add serve, account and key to the `decisions` subparsers."""
+    serve = commands.add_parser("serve", help="serve POST /v1/decisions over HTTP")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--demo", action="store_true", help="create a demo workspace and broker account first"
+    )
+    _db_option(serve)
+    serve.set_defaults(handler=cmd_serve)
+
+    account = commands.add_parser("account", help="broker, agency, buyer and seller accounts")
+    acc = account.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = acc.add_parser("create", help="create an account in a workspace")
+    create.add_argument("name")
+    create.add_argument("--workspace", required=True)
+    create.add_argument("--type", required=True, choices=ACCOUNT_TYPES)
+    _db_option(create)
+    create.set_defaults(handler=cmd_account_create)
+
+    key = commands.add_parser("key", help="API keys (broker and agency accounts only)")
+    keys = key.add_subparsers(dest="action", required=True, metavar="ACTION")
+    key_create = keys.add_parser("create", help="create a key; printed once, stored as a hash")
+    key_create.add_argument("--account", required=True)
+    key_create.set_defaults(handler=cmd_key_create)
+    revoke = keys.add_parser("revoke", help="revoke a key by its prefix (sk-xxxxxxxx)")
+    revoke.add_argument("prefix", help="the key's prefix as `key list` shows it")
+    revoke.set_defaults(handler=cmd_key_revoke)
+    listing = keys.add_parser("list", help="list keys: prefix and last characters only")
+    listing.add_argument("--account")
+    listing.set_defaults(handler=cmd_key_list)
+    for sub in (key_create, revoke, listing):
+        _db_option(sub)
