@@ -47,14 +47,17 @@ NUMBER_FORMATS: dict[str, str] = {
     "benchmark_yoy_pct": '0.0"%"',
 }
 
-COLOURED_COLUMNS = (
-    "status",
-    "verdict",
-    "price_status",
-    "location_status",
-    "size_status",
-    "details_status",
-)
+_VERDICTS = ("match", "partial", "no_match")
+_CHECKS = ("pass", "warn", "fail")
+# The coloured columns and the values each can hold.
+COLOURED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "status": ("scored", "skipped", "rejected", "failed"),
+    "verdict": _VERDICTS,
+    "price_status": _CHECKS,
+    "location_status": _CHECKS,
+    "size_status": _CHECKS,
+    "details_status": _CHECKS,
+}
 
 MIN_WIDTH = 6
 MAX_WIDTH = 50
@@ -126,9 +129,7 @@ def colour_status_columns(
     if last_row < 1:
         return
     for index, name in enumerate(columns):
-        if name not in COLOURED_COLUMNS:
-            continue
-        for value, tone in TONE_OF_VALUE.items():
+        for value in COLOURED_COLUMNS.get(name, ()):
             sheet.conditional_format(
                 1,
                 index,
@@ -138,7 +139,7 @@ def colour_status_columns(
                     "type": "cell",
                     "criteria": "==",
                     "value": f'"{value}"',
-                    "format": formats.tone_conditional[tone],
+                    "format": formats.tone_conditional[TONE_OF_VALUE[value]],
                 },
             )
 

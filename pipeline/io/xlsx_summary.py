@@ -42,12 +42,16 @@ def write_summary_sheet(
     summary: RunSummary,
     changes: pl.DataFrame | None,
 ) -> None:
-    sheet.set_column(0, 0, 30)
-    sheet.set_column(1, 1, 70)
-    sheet.set_column(2, 3, 14)
+    lines = summary.lines()
+    # Column B stays narrow for the count tables; long values (path, fingerprint) overflow
+    # into the empty cells to their right.
+    sheet.set_column(0, 0, max(24, *(len(label) + 2 for label, _ in lines)))
+    sheet.set_column(1, 2, 12)
+    sheet.set_landscape()
+    sheet.fit_to_pages(1, 0)
     at = _Cursor()
     sheet.write_string(at.take(), 0, "Run summary", formats.title)
-    for label, value in summary.lines():
+    for label, value in lines:
         _write_value_row(sheet, formats, at.take(), label, value)
 
     at.skip()
@@ -128,7 +132,7 @@ def _insert_verdict_chart(
     )
     chart.set_title({"name": "Verdicts of scored rows"})
     chart.set_legend({"position": "right"})
-    sheet.insert_chart(first - 1, 4, chart, {"x_scale": 1.0, "y_scale": 1.0})
+    sheet.insert_chart(first - 1, 3, chart, {"x_scale": 1.0, "y_scale": 1.0})
 
 
 def _write_changes(sheet: Worksheet, formats: Formats, at: _Cursor, changes: pl.DataFrame) -> None:
