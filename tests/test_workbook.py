@@ -1,0 +1,301 @@
+"""The XLSX workbook, read back with openpyxl (and opened by LibreOffice when installed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from xml.etree import ElementTree
+
+import openpyxl
+import polars as pl
+import pytest
+from openpyxl.utils import get_column_letter
+from openpyxl.workbook.workbook import Workbook
+
+from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_SCHEMA, SAR_COLUMNS
+from pipeline.errors import OutputError
+from pipeline.io.write import write_output
+from pipeline.io.xlsx_text import EXCEL_MAX_CHARS, TRUNCATION_MARKER
+from tests.test_writers import (
+    ORIGINALS,
+    STATUSES,
+    leftovers,
+    make_rejects,
+    make_results,
+    make_summary,
+    write,
+)
+
+CHANGES = pl.DataFrame(
+    {
+        "row_number": [1, 3],
+        "old_verdict": ["partial", "match"],
+        "new_verdict": ["match", "no_match"],
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def workbook_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("xlsx") / "scored.xlsx"
+    write(path, changes=CHANGES)
+    return path
+
+
+@pytest.fixture(scope="module")
+def book(workbook_path: Path) -> Iterator[Workbook]:
+    wb = openpyxl.load_workbook(workbook_path)
+    yield wb
+    wb.close()
+
+
+def column_values(book: Workbook, name: str) -> list[object]:
+    sheet = book["Results"]
+    header = [c.value for c in sheet[1]]
+    col = header.index(name) + 1
+    return [sheet.cell(row=r, column=col).value for r in range(2, sheet.max_row + 1)]
+
+
+def test_sheets_in_order(book: Workbook, workbook_path: Path) -> None:
+    assert book.sheetnames == ["Results", "Rejects", "Summary"]
+    assert leftovers(workbook_path.parent, {"scored.xlsx"}) == []
+
+
+def test_every_part_is_well_formed_xml(workbook_path: Path) -> None:
+    with zipfile.ZipFile(workbook_path) as zf:
+        assert zf.testzip() is None
+        for name in zf.namelist():
+            if name.endswith((".xml", ".rels")):
+                ElementTree.fromstring(zf.read(name))
+
+
+def test_header_then_every_row_in_input_order(book: Workbook) -> None:
+    sheet = book["Results"]
+    assert [c.value for c in sheet[1]] == make_results().columns
+    assert sheet.max_row == 1 + len(STATUSES)
+    assert column_values(book, "row_number") == list(range(1, len(STATUSES) + 1))
+    assert column_values(book, "status") == STATUSES
+
+
+def test_original_columns_are_the_users_text(book: Workbook) -> None:
+    for name, values in ORIGINALS.items():
+        # An empty string and a null are both an empty cell.
+        assert column_values(book, name) == [v or None for v in values], name
+    cells = [c for row in book["Results"].iter_rows(min_row=2) for c in row[: len(ORIGINALS)]]
+    assert all(c.data_type == "s" for c in cells if c.value is not None)
+
+
+def test_result_columns_keep_their_types(book: Workbook) -> None:
+    expected = make_results()
+    for name, dtype in RESULT_SCHEMA.items():
+        values = column_values(book, name)
+        wanted = [v or None for v in expected[name].to_list()] if dtype == pl.String else None
+        if dtype == pl.String:
+            assert values == wanted, name
+            continue
+        for got, want in zip(values, expected[name].to_list(), strict=True):
+            if want is None:
+                assert got is None, name
+            else:
+                assert isinstance(got, int | float) and not isinstance(got, bool), name
+                assert got == pytest.approx(want), name
+
+
+def test_no_cell_anywhere_is_a_formula(book: Workbook) -> None:
+    for sheet in book.worksheets:
+        for row in sheet.iter_rows():
+            for cell in row:
+                assert cell.data_type != "f", (sheet.title, cell.coordinate, cell.value)
+
+
+def test_formula_like_text_carries_a_quote_prefix(book: Workbook) -> None:
+    sheet = book["Results"]
+    for row in sheet.iter_rows(min_row=2):
+        for cell in row:
+            if isinstance(cell.value, str):
+                assert cell.quotePrefix == (cell.value[0] in "=+-@\t\r"), cell.coordinate
+
+
+def test_arabic_text_reads_right_to_left(book: Workbook) -> None:
+    sheet = book["Results"]
+    arabic = sheet["A2"]
+    assert arabic.value == "شقة في حي النرجس"
+    assert arabic.alignment.readingOrder == 2
+    assert arabic.alignment.horizontal == "right"
+    assert sheet["C3"].value == "Jeddah"
+    assert sheet["C3"].alignment.readingOrder in (0, None)
+
+
+def test_frozen_header_and_autofilter(book: Workbook) -> None:
+    results = book["Results"]
+    last = get_column_letter(make_results().width)
+    assert results.freeze_panes == "A2"
+    assert results.auto_filter.ref == f"A1:{last}{len(STATUSES) + 1}"
+    rejects = book["Rejects"]
+    assert rejects.freeze_panes == "A2"
+    assert rejects.auto_filter.ref == "A1:E3"
+
+
+def test_number_formats(book: Workbook) -> None:
+    sheet = book["Results"]
+    header = [c.value for c in sheet[1]]
+
+    def fmt(name: str) -> str:
+        return sheet.cell(row=2, column=header.index(name) + 1).number_format
+
+    for name in SAR_COLUMNS:
+        assert fmt(name) == "#,##0.00"
+    assert fmt("benchmark_transaction_count") == "#,##0"
+    assert fmt("benchmark_yoy_pct") == '0.0"%"'
+    assert fmt("benchmark_year") == "General"
+
+
+def test_header_is_bold_with_a_fill_and_columns_have_widths(book: Workbook) -> None:
+    sheet = book["Results"]
+    for cell in sheet[1]:
+        assert cell.font.bold
+        assert cell.fill.fgColor.rgb.endswith("D9E1F2")
+    widths = [sheet.column_dimensions[get_column_letter(i + 1)].width for i in range(3)]
+    assert all(6 <= w <= 60 for w in widths)
+
+
+def test_verdict_and_status_columns_are_coloured_by_rule(book: Workbook) -> None:
+    sheet = book["Results"]
+    header = [c.value for c in sheet[1]]
+    rules = {str(cf.sqref): [r.formula[0] for r in cf.rules] for cf in sheet.conditional_formatting}
+    verdict = get_column_letter(header.index("verdict") + 1)
+    assert rules[f"{verdict}2:{verdict}{len(STATUSES) + 1}"] == [
+        '"match"',
+        '"partial"',
+        '"no_match"',
+    ]
+    status = get_column_letter(header.index("status") + 1)
+    assert '"rejected"' in rules[f"{status}2:{status}{len(STATUSES) + 1}"]
+
+
+def test_rejects_sheet(book: Workbook) -> None:
+    rows = list(book["Rejects"].values)
+    assert rows[0] == tuple(REJECTS_SCHEMA)
+    assert rows[1:] == [tuple(r) for r in make_rejects().rows()]
+
+
+def test_summary_sheet_lines_counts_chart_and_changes(book: Workbook, workbook_path: Path) -> None:
+    rows = [r[:3] for r in book["Summary"].values]
+    lines = {r[0]: r[1] for r in rows if r[0]}
+    for label, value in make_summary().lines():
+        assert lines[label] == (round(value, 2) if isinstance(value, float) else value), label
+    assert isinstance(lines["Decisions spent"], int)
+    assert ("match", 1, pytest.approx(1 / 3)) in rows
+    assert ("rejected", 1, pytest.approx(1 / 6)) in rows
+    at = rows.index(("Changed since last run", None, None))
+    assert rows[at + 1 : at + 4] == [
+        ("Row", "Old verdict", "New verdict"),
+        (1, "partial", "match"),
+        (3, "match", "no_match"),
+    ]
+    with zipfile.ZipFile(workbook_path) as zf:
+        assert "xl/charts/chart1.xml" in zf.namelist()
+
+
+def test_no_changes_block_without_changes(tmp_path: Path) -> None:
+    path = tmp_path / "scored.xlsx"
+    write(path)
+    wb = openpyxl.load_workbook(path)
+    assert "Changed since last run" not in [r[0] for r in wb["Summary"].values]
+
+
+def test_text_past_the_excel_limit_is_cut_with_a_marker(tmp_path: Path) -> None:
+    path = tmp_path / "scored.xlsx"
+    long = "ب" * 40_000
+    results = make_results().with_columns(pl.lit(long).alias("reasoning_ar"))
+    write(path, results)
+    value = column_values(openpyxl.load_workbook(path), "reasoning_ar")[0]
+    assert isinstance(value, str)
+    assert value.endswith(TRUNCATION_MARKER)
+    assert len(value) == EXCEL_MAX_CHARS
+
+
+def test_nan_and_infinity_become_blank_cells(tmp_path: Path) -> None:
+    path = tmp_path / "scored.xlsx"
+    results = make_results().with_columns(
+        pl.Series("price_per_sqm", [float("nan"), float("inf"), 1.5, None, None, None])
+    )
+    write(path, results)
+    wb = openpyxl.load_workbook(path)
+    assert column_values(wb, "price_per_sqm") == [None, None, 1.5, None, None, None]
+
+
+def test_empty_results_make_a_valid_workbook(tmp_path: Path) -> None:
+    path = tmp_path / "scored.xlsx"
+    write_output(
+        path,
+        make_results().clear(),
+        rejects=pl.DataFrame(schema=REJECTS_SCHEMA),
+        summary=make_summary(),
+    )
+    wb = openpyxl.load_workbook(path)
+    assert [c.value for c in wb["Results"][1]] == make_results().columns
+    assert wb["Results"].max_row == 1
+
+
+def test_failure_half_way_leaves_the_old_workbook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "scored.xlsx"
+    path.write_bytes(b"last night's workbook")
+
+    def failing_rows(self: pl.DataFrame, *args: object, **kwargs: object) -> Iterator[tuple]:
+        yield from self.head(3).rows()
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pl.DataFrame, "iter_rows", failing_rows)
+    with pytest.raises(OutputError, match=r"scored\.xlsx: cannot write the output"):
+        write(path)
+    assert path.read_bytes() == b"last night's workbook"
+    assert leftovers(tmp_path, {"scored.xlsx"}) == []
+
+
+def test_a_bug_half_way_is_not_disguised_but_still_cleaned_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "scored.xlsx"
+
+    def failing_rows(self: pl.DataFrame, *args: object, **kwargs: object) -> Iterator[tuple]:
+        yield from self.head(2).rows()
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(pl.DataFrame, "iter_rows", failing_rows)
+    with pytest.raises(RuntimeError, match="boom"):
+        write(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+SOFFICE = shutil.which("soffice") or shutil.which("libreoffice")
+
+
+@pytest.mark.skipif(SOFFICE is None, reason="LibreOffice is not installed")
+def test_libreoffice_opens_the_workbook(workbook_path: Path, tmp_path: Path) -> None:
+    profile = tmp_path / "profile"
+    subprocess.run(
+        [
+            str(SOFFICE),
+            f"-env:UserInstallation=file://{profile}",
+            "--headless",
+            "--convert-to",
+            "csv",
+            "--outdir",
+            str(tmp_path),
+            str(workbook_path),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
+    text = (tmp_path / "scored.csv").read_text(encoding="utf-8", errors="replace")
+    assert "1,500,000" in text
+    assert '=HYPERLINK(""http://evil.example"",""click"")' in text
