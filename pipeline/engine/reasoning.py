@@ -54,6 +54,17 @@ def _sar(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def _years_ar(years: int) -> str:
+    """Arabic counted noun: 1 سنة واحدة, 2 سنتان, 3-10 سنوات, otherwise سنة."""
+    if years == 1:
+        return "سنة واحدة"
+    if years == 2:
+        return "سنتان"
+    if 3 <= years <= 10:
+        return f"{years} سنوات"
+    return f"{years} سنة"
+
+
 def _pct_diff(value: float, reference: float) -> float:
     return (value / reference - 1.0) * 100.0
 
@@ -176,7 +187,7 @@ def _detail_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     age = row.get("age")
     if row["type"] in _BUILT_TYPES and age is not None:
         en.append(f"The building is {age:.0f} years old.")
-        ar.append(f"عمر المبنى {age:.0f} سنة.")
+        ar.append(f"عمر المبنى {_years_ar(int(age))}.")
     if row.get("parking") is False and row["type"] != "land":
         en.append("No parking is available.")
         ar.append("لا يتوفر موقف للسيارات.")
