@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/decisions score sample_data/portfolio.xlsx -o out/portfolio-scored.xlsx --also-csv --also-parquet
+	$(BIN)/decisions score sample_data/portfolio.xlsx --reasoning borderline \
+		-o out/portfolio-scored.xlsx -o out/portfolio-scored.csv -o out/portfolio-scored.parquet
 
 test: $(STAMP)
 	$(BIN)/pytest
