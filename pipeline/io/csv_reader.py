@@ -137,9 +137,10 @@ def _detect_encoding(path: Path, head: bytes) -> str:
     sample = head[:4096]
     if b"\x00" in sample:
         even, odd = sample[0::2].count(0), sample[1::2].count(0)
-        if odd > len(sample) // 4 and even == 0:
+        # ASCII characters (separators, digits, line ends) leave a NUL in their high byte.
+        if even == 0:
             return "utf-16-le"
-        if even > len(sample) // 4 and odd == 0:
+        if odd == 0:
             return "utf-16-be"
         raise InputError(f"{path}: contains NUL bytes and is not text; is it really a CSV file?")
     try:

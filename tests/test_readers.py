@@ -1,0 +1,340 @@
+"""Readers: real files written to tmp_path in every shape customers send, read back as text."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+import pytest
+import xlsxwriter
+
+from pipeline.errors import InputError, UsageError
+from pipeline.io.read import read_table, read_table_with_info, unique_headers
+
+ARABIC_HEADER = "السعر,المساحة,نوع العقار,المدينة,الحي\r\n"
+ARABIC_ROWS = "1500000,120,شقة,الرياض,حي النرجس\r\n950000,300.5,فيلا,جدة,\r\n"
+ARABIC_CSV = ARABIC_HEADER + ARABIC_ROWS
+ARABIC_EXPECTED = {
+    "السعر": ["1500000", "950000"],
+    "المساحة": ["120", "300.5"],
+    "نوع العقار": ["شقة", "فيلا"],
+    "المدينة": ["الرياض", "جدة"],
+    "الحي": ["حي النرجس", None],
+}
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def assert_text_frame(frame: pl.DataFrame, expected: dict[str, list[str | None]]) -> None:
+    assert frame.columns == list(expected)
+    assert all(dtype == pl.String for dtype in frame.dtypes)
+    assert frame.to_dict(as_series=False) == expected
+
+
+# --- CSV ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("encoding", "data", "expected_encoding"),
+    [
+        ("utf-8", ARABIC_CSV.encode("utf-8"), "utf-8"),
+        ("utf-8-sig", ARABIC_CSV.encode("utf-8-sig"), "utf-8-sig"),
+        ("cp1256", ARABIC_CSV.encode("cp1256"), "cp1256"),
+        ("utf-16 tab", ARABIC_CSV.replace(",", "\t").encode("utf-16"), "utf-16"),
+        ("utf-16-le no BOM", ARABIC_CSV.replace(",", "\t").encode("utf-16-le"), "utf-16-le"),
+    ],
+)
+def test_csv_encodings_are_detected(
+    tmp_path: Path, encoding: str, data: bytes, expected_encoding: str
+) -> None:
+    result = read_table_with_info(write(tmp_path, "listings.csv", data))
+    assert result.encoding == expected_encoding
+    assert_text_frame(result.frame, ARABIC_EXPECTED)
+
+
+def test_excel_unicode_text_is_tab_separated_utf16(tmp_path: Path) -> None:
+    data = ARABIC_CSV.replace(",", "\t").encode("utf-16")
+    result = read_table_with_info(write(tmp_path, "listings.txt", data))
+    assert (result.format, result.encoding, result.separator) == ("csv", "utf-16", "\t")
+
+
+@pytest.mark.parametrize("separator", [",", ";", "\t", "|"])
+def test_csv_separator_is_detected(tmp_path: Path, separator: str) -> None:
+    text = f'price{separator}area{separator}note\n"1,500,000"{separator}120{separator}"a; b\tc"\n'
+    result = read_table_with_info(write(tmp_path, "x.csv", text.encode()))
+    assert result.separator == separator
+    assert result.frame.row(0) == ("1,500,000", "120", "a; b\tc")
+
+
+def test_separator_inside_quoted_header_does_not_count(tmp_path: Path) -> None:
+    text = '"Price; SAR";"Area, m2";city\n1;2;x\n'
+    frame = read_table(write(tmp_path, "x.csv", text.encode()))
+    assert frame.columns == ["Price; SAR", "Area, m2", "city"]
+
+
+def test_excel_sep_hint_line(tmp_path: Path) -> None:
+    result = read_table_with_info(write(tmp_path, "x.csv", b"sep=;\na;b\n1,5;2\n"))
+    assert result.separator == ";"
+    assert result.frame.to_dict(as_series=False) == {"a": ["1,5"], "b": ["2"]}
+
+
+def test_quoted_fields_with_separators_newlines_and_quotes(tmp_path: Path) -> None:
+    text = 'type,description\nvilla,"big, ""new""\nwith garden"\n'
+    frame = read_table(write(tmp_path, "x.csv", text.encode()))
+    assert frame["description"].to_list() == ['big, "new"\nwith garden']
+
+
+def test_every_cell_is_text_and_kept_as_written(tmp_path: Path) -> None:
+    text = "price,lat,flag,zip\n001500000,24.7100,TRUE,00123\n 1.5M ,1e3,,  \n"
+    frame = read_table(write(tmp_path, "x.csv", text.encode()))
+    assert frame.row(0) == ("001500000", "24.7100", "TRUE", "00123")
+    assert frame.row(1) == (" 1.5M ", "1e3", None, None)  # whitespace-only cell -> null
+
+
+def test_rows_kept_in_order_blank_interior_rows_kept_trailing_dropped(tmp_path: Path) -> None:
+    text = "a,b\r\n1,2\r\n,\r\n3,4\r\n\r\n\r\n"
+    frame = read_table(write(tmp_path, "x.csv", text.encode()))
+    assert frame.to_dict(as_series=False) == {"a": ["1", None, "3"], "b": ["2", None, "4"]}
+
+
+def test_duplicate_and_empty_headers_are_renamed(tmp_path: Path) -> None:
+    text = "price,,price,area,price_2\n1,2,3,4,5\n"
+    result = read_table_with_info(write(tmp_path, "x.csv", text.encode()))
+    assert result.frame.columns == ["price", "column_2", "price_3", "area", "price_2"]
+    assert result.renamed_headers == {"column_2": "", "price_3": "price"}
+
+
+def test_unique_headers_rules() -> None:
+    assert unique_headers(["\ufeffa", None, "a", "a", " ", "column_2"]) == (
+        ["a", "column_2_", "a_2", "a_3", "column_5", "column_2"],
+        {"column_2_": "", "a_2": "a", "a_3": "a", "column_5": " "},
+    )
+
+
+def test_trailing_empty_column_is_dropped(tmp_path: Path) -> None:
+    frame = read_table(write(tmp_path, "x.csv", b"a,b,\n1,2,\n"))
+    assert frame.columns == ["a", "b"]
+
+
+def test_header_only_file_has_no_rows(tmp_path: Path) -> None:
+    frame = read_table(write(tmp_path, "x.csv", b"price,area\n"))
+    assert frame.columns == ["price", "area"]
+    assert frame.height == 0
+
+
+def test_encoding_override(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.csv", "city\nMünchen\n".encode("latin-1"))
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value) == (
+        f"{path}: is not UTF-8 text and its encoding is not recognised; try --encoding cp1256 "
+        "(Arabic Windows), --encoding utf-16 or --encoding latin-1"
+    )
+    assert read_table(path, encoding="latin-1")["city"].to_list() == ["München"]
+
+
+def test_wrong_encoding_override_names_file_and_suggests(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.csv", ARABIC_CSV.encode("cp1256"))
+    with pytest.raises(InputError, match=r"x\.csv: is not valid UTF-8 text; try --encoding"):
+        read_table(path, encoding="utf-8")
+    with pytest.raises(InputError, match="unknown encoding 'klingon'"):
+        read_table(path, encoding="klingon")
+
+
+def test_invalid_utf8_after_the_sniffed_start_falls_back_to_cp1256(tmp_path: Path) -> None:
+    data = b"city,price\n" + b"Riyadh,1\n" * 20_000 + "الرياض,2\n".encode("cp1256")
+    result = read_table_with_info(write(tmp_path, "x.csv", data))
+    assert result.encoding == "cp1256"
+    assert result.frame["city"][-1] == "الرياض"
+
+
+def test_ragged_row_error_names_row_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.csv", b"a;b\n1;2\n3;4;5\n")
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value) == (
+        f"{path}: row 2 (line 3) has 3 fields but the header line has 2 (separator ';'); "
+        "quote values that contain the separator, or give every column a header"
+    )
+
+
+# --- XLSX ---------------------------------------------------------------------------------
+
+
+def write_xlsx(path: Path) -> Path:
+    workbook = xlsxwriter.Workbook(path)
+    sheet = workbook.add_worksheet("Listings")
+    date = workbook.add_format({"num_format": "yyyy-mm-dd"})
+    sheet.write_row(0, 0, ["السعر", "Area", "type", "listed", "ok", "", "Area"])
+    sheet.write_row(1, 0, [1500000, 120.5, "شقة", None, True, None, 7])
+    sheet.write_datetime(1, 3, dt.datetime(2024, 5, 1), date)
+    sheet.write_row(2, 0, ["1,200,000", 99999999.99, "فيلا", None, False, "x", -50])
+    stamp = workbook.add_format({"num_format": "yyyy-mm-dd hh:mm"})
+    sheet.write_datetime(2, 3, dt.datetime(2024, 5, 1, 13, 30), stamp)
+    sheet.write_row(4, 0, [1 / 3, 0.1 + 0.2])  # row 4 left empty on purpose
+    sheet.write_string(4, 2, "=1+1")  # text that looks like a formula stays text
+    workbook.add_worksheet("Other").write_row(0, 0, ["only", "here"])
+    workbook.close()
+    return path
+
+
+def test_xlsx_cells_come_back_as_the_text_a_user_sees(tmp_path: Path) -> None:
+    result = read_table_with_info(write_xlsx(tmp_path / "book.xlsx"))
+    assert result.sheet == "Listings"
+    assert_text_frame(
+        result.frame,
+        {
+            "السعر": ["1500000", "1,200,000", None, "0.333333333"],
+            "Area": ["120.5", "99999999.99", None, "0.3"],
+            "type": ["شقة", "فيلا", None, "=1+1"],
+            "listed": ["2024-05-01", "2024-05-01 13:30:00", None, None],
+            "ok": ["true", "false", None, None],
+            "column_6": [None, "x", None, None],
+            "Area_2": ["7", "-50", None, None],
+        },
+    )
+    assert result.renamed_headers == {"column_6": "", "Area_2": "Area"}
+
+
+@pytest.mark.parametrize("sheet", ["Other", 1, "1"])
+def test_xlsx_sheet_by_name_or_position(tmp_path: Path, sheet: str | int) -> None:
+    frame = read_table(write_xlsx(tmp_path / "book.xlsx"), sheet=sheet)
+    assert frame.columns == ["only", "here"]
+    assert frame.height == 0
+
+
+def test_xlsx_unknown_sheet(tmp_path: Path) -> None:
+    path = write_xlsx(tmp_path / "book.xlsx")
+    with pytest.raises(InputError) as excinfo:
+        read_table(path, sheet="Nope")
+    assert (
+        str(excinfo.value)
+        == f"{path}: has no sheet named 'Nope'; its sheets are 'Listings', 'Other'"
+    )
+    with pytest.raises(InputError, match="no sheet at position 5"):
+        read_table(path, sheet=5)
+
+
+def test_xlsx_empty_sheet(tmp_path: Path) -> None:
+    workbook = xlsxwriter.Workbook(tmp_path / "empty.xlsx")
+    workbook.add_worksheet("Blank")
+    workbook.close()
+    with pytest.raises(InputError, match="sheet 'Blank' is empty"):
+        read_table(tmp_path / "empty.xlsx")
+
+
+# --- Parquet ------------------------------------------------------------------------------
+
+
+def test_parquet_columns_become_text(tmp_path: Path) -> None:
+    path = tmp_path / "x.parquet"
+    pl.DataFrame(
+        {
+            "price": [1500000, None],
+            "area": [120.5, 80.0],
+            "furnished": [True, False],
+            "city": ["الرياض", ""],
+            "listed": [dt.date(2024, 5, 1), None],
+        }
+    ).write_parquet(path)
+    assert_text_frame(
+        read_table(path),
+        {
+            "price": ["1500000", None],
+            "area": ["120.5", "80.0"],
+            "furnished": ["true", "false"],
+            "city": ["الرياض", None],
+            "listed": ["2024-05-01", None],
+        },
+    )
+
+
+def test_parquet_nested_column_refused(tmp_path: Path) -> None:
+    path = tmp_path / "x.pq"
+    pl.DataFrame({"a": [[1, 2]]}).write_parquet(path)
+    with pytest.raises(InputError, match="'a' hold lists or structs"):
+        read_table(path)
+
+
+# --- Dispatch and content checks ----------------------------------------------------------
+
+
+def test_xlsx_that_is_really_csv(tmp_path: Path) -> None:
+    path = write(tmp_path, "book.xlsx", b"price,area\n1,2\n")
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value) == (
+        f"{path}: named .xlsx but is text; if it is CSV or tab-separated text, rename it to .csv"
+    )
+
+
+def test_csv_that_is_really_xlsx(tmp_path: Path) -> None:
+    path = write_xlsx(tmp_path / "book.xlsx").rename(tmp_path / "book.csv")
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value) == (
+        f"{path}: named .csv but is an XLSX workbook (zip archive); if it is an Excel workbook, "
+        "rename it to .xlsx"
+    )
+
+
+def test_parquet_that_is_not_parquet(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"named \.parquet but is text"):
+        read_table(write(tmp_path, "x.parquet", b"a,b\n"))
+
+
+def test_old_xls_gets_save_as_advice(tmp_path: Path) -> None:
+    path = write(tmp_path, "old.xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 100)
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value) == (
+        f"{path}: old-format Excel 97-2003 workbooks (.xls) are not supported; open it in Excel "
+        "and use File > Save As > Excel Workbook (.xlsx)"
+    )
+
+
+def test_unknown_extension(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.json", b"{}")
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value) == (
+        f"{path}: unsupported file type '.json' (the content looks like text); supported: "
+        ".csv, .txt, .tsv, .xlsx, .xlsm, .parquet, .pq"
+    )
+
+
+def test_missing_and_empty_files(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        read_table(tmp_path / "nope.csv")
+    with pytest.raises(InputError, match="the file is empty"):
+        read_table(write(tmp_path, "empty.csv", b""))
+
+
+def test_corrupt_xlsx_is_an_input_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "bad.xlsx", b"PK\x03\x04not really a zip")
+    with pytest.raises(InputError, match="cannot be read as an XLSX workbook"):
+        read_table(path)
+
+
+def test_input_errors_are_usage_errors_exit_code_2() -> None:
+    assert issubclass(InputError, UsageError)
+    assert InputError.exit_code == 2
+
+
+def test_same_table_from_every_format(tmp_path: Path) -> None:
+    expected = {"price": ["1500000", "950000"], "city": ["الرياض", "جدة"]}
+    csv_path = write(tmp_path, "t.csv", "price,city\n1500000,الرياض\n950000,جدة\n".encode())
+    workbook = xlsxwriter.Workbook(tmp_path / "t.xlsx")
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["price", "city"])
+    sheet.write_row(1, 0, [1500000, "الرياض"])
+    sheet.write_row(2, 0, [950000, "جدة"])
+    workbook.close()
+    pl.DataFrame(expected).write_parquet(tmp_path / "t.parquet")
+    for path in (csv_path, tmp_path / "t.xlsx", tmp_path / "t.parquet"):
+        assert read_table(path).to_dict(as_series=False) == expected
