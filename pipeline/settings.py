@@ -21,7 +21,7 @@ class _Section(BaseModel):
 class LedgerSettings(_Section):
     db: Path = Path(".cache/decisions.db")
     workspace: str = "local"
-    initial_balance: int = Field(default=1000, ge=0)
+    initial_balance: int = Field(default=100_000, ge=0)
 
 
 class BenchmarkSettings(_Section):

@@ -1,0 +1,180 @@
+"""`decisions score` end to end: real files in, real files out, a real ledger file."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import openpyxl
+import polars as pl
+import pytest
+
+from pipeline.cli import main
+from pipeline.io.read import read_table
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
+PORTFOLIO_ROWS = 371
+REJECTED = 8
+DUPLICATES = 3
+DISTINCT_VALID = PORTFOLIO_ROWS - REJECTED - DUPLICATES
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    path = tmp_path / "ledger.db"
+    assert main(["workspace", "create", "acme", "--balance", "5000", "--db", str(path)]) == 0
+    return str(path)
+
+
+def balance(db: str, workspace: str = "acme") -> int:
+    with sqlite3.connect(db) as connection:
+        row = connection.execute("SELECT balance FROM workspaces WHERE name = ?", (workspace,))
+        return row.fetchone()[0]
+
+
+def score(db: str, *args: str) -> int:
+    return main(["score", *args, "--db", db, "--workspace", "acme", "--quiet"])
+
+
+def test_scores_the_sample_portfolio_into_three_formats(tmp_path, db):
+    outputs = [tmp_path / f"scored.{ext}" for ext in ("xlsx", "csv", "parquet")]
+    args = [str(SAMPLE / "portfolio.xlsx")] + [a for o in outputs for a in ("-o", str(o))]
+    assert score(db, *args) == 0
+
+    original = read_table(SAMPLE / "portfolio.xlsx")
+    parquet = pl.read_parquet(outputs[2])
+    csv = pl.read_csv(outputs[1], infer_schema=False)
+    assert outputs[1].read_bytes().startswith(b"\xef\xbb\xbf")
+    for frame in (parquet, csv):
+        assert frame.height == PORTFOLIO_ROWS
+        assert frame.select(original.columns).equals(original)  # originals untouched, in order
+        assert frame["row_number"].cast(pl.Int64).to_list() == list(range(1, PORTFOLIO_ROWS + 1))
+
+    counts = dict(parquet["status"].value_counts().iter_rows())
+    assert counts == {"scored": PORTFOLIO_ROWS - REJECTED, "rejected": REJECTED}
+    assert parquet["decisions_used"].sum() == DISTINCT_VALID
+    assert balance(db) == 5000 - DISTINCT_VALID
+    assert parquet.filter(pl.col("status") == "rejected")["decisions_used"].sum() == 0
+    assert parquet.schema["score"] == pl.Int64 and parquet.schema["price_per_sqm"] == pl.Float64
+
+    workbook = openpyxl.load_workbook(outputs[0])
+    assert workbook.sheetnames[:3] == ["Results", "Rejects", "Summary"]
+    results = workbook["Results"]
+    assert results.max_row == PORTFOLIO_ROWS + 1
+    header = [c.value for c in results[1]]
+    score_column = header.index("score") + 1
+    scored_cell = next(
+        results.cell(r, score_column) for r in range(2, 40) if results.cell(r, score_column).value
+    )
+    assert isinstance(scored_cell.value, int)
+    assert all(c.data_type != "f" for row in results.iter_rows() for c in row)
+    assert workbook["Rejects"].max_row == REJECTED + 1
+
+
+def test_duplicates_are_scored_once_and_copies_cost_nothing(tmp_path, db):
+    out = tmp_path / "scored.parquet"
+    assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(out)) == 0
+    frame = pl.read_parquet(out)
+    key = [c for c in frame.columns if c not in ("Listing ID", "row_number")][:12]
+    copies = frame.filter(pl.struct(key).is_duplicated() & (pl.col("status") == "scored"))
+    assert copies.height == 2 * DUPLICATES
+    assert sorted(copies["decisions_used"].to_list()) == [0] * DUPLICATES + [1] * DUPLICATES
+    assert copies.group_by(key).agg(pl.col("score").n_unique())["score"].to_list() == [1] * 3
+
+
+def test_rejected_rows_say_row_column_value_and_rule(tmp_path, db):
+    out = tmp_path / "scored.csv"
+    assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(out)) == 0
+    rejected = pl.read_csv(out, infer_schema=False).filter(pl.col("status") == "rejected")
+    messages = dict(zip(rejected["Listing ID"], rejected["error_message"], strict=True))
+    assert messages["L-9001"] == (
+        "row 18, column 'المساحة': '-50': property.area must be a positive number (> 0)"
+    )
+    assert messages["L-9002"] == (
+        "row 61, column 'Price (SAR)': 'call for price': property.price must be a number"
+    )
+    assert set(rejected["error_code"]) == {"validation_error"}
+
+
+def test_budget_caps_spending_and_the_rest_is_skipped(tmp_path, db):
+    out = tmp_path / "scored.parquet"
+    assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(out), "--budget", "100") == 3
+    frame = pl.read_parquet(out)
+    assert frame["decisions_used"].sum() == 100
+    assert balance(db) == 4900
+    skipped = frame.filter(pl.col("status") == "skipped")
+    assert skipped.height > 0
+    assert set(skipped["error_code"]) == {"budget_exhausted"}
+    assert "run the same command again" in skipped["error_message"][0]
+
+
+def test_a_short_balance_stops_at_what_it_can_pay(tmp_path):
+    db = str(tmp_path / "ledger.db")
+    assert main(["workspace", "create", "small", "--balance", "30", "--db", db]) == 0
+    out = tmp_path / "scored.parquet"
+    code = main(["score", str(SAMPLE / "portfolio.csv"), "-o", str(out), "--db", db,
+                 "--workspace", "small", "--reasoning", "all", "--quiet"])  # fmt: skip
+    assert code == 3
+    frame = pl.read_parquet(out)
+    assert frame["decisions_used"].sum() == 30  # ten rows at 3 decisions
+    assert frame.filter(pl.col("status") == "scored").height >= 10
+    assert set(frame.filter(pl.col("status") == "skipped")["error_code"]) == {
+        "insufficient_decisions"
+    }
+    assert balance(db, "small") == 0
+
+
+def test_borderline_reasoning_only_for_partial_verdicts(tmp_path, db):
+    out = tmp_path / "scored.parquet"
+    assert (
+        score(db, str(SAMPLE / "portfolio.csv"), "-o", str(out), "--reasoning", "borderline") == 0
+    )
+    frame = pl.read_parquet(out).filter(pl.col("status") == "scored")
+    explained = frame.filter(pl.col("reasoning_en").is_not_null())
+    assert set(explained["verdict"]) == {"partial"}
+    assert frame.filter(pl.col("verdict") == "partial")["reasoning_ar"].null_count() == 0
+    first = explained.filter(pl.col("decisions_used") > 0)
+    assert set(first["decisions_used"]) == {4}
+    assert balance(db) == 5000 - frame["decisions_used"].sum()
+
+
+def test_a_missing_required_column_stops_before_any_charge(tmp_path, db, capsys):
+    source = tmp_path / "no-price.csv"
+    source.write_text("city,type,area\nRiyadh,villa,400\n", encoding="utf-8")
+    assert score(db, str(source), "-o", str(tmp_path / "x.csv")) == 2
+    error = capsys.readouterr().err
+    assert "no column for required field 'price'" in error and "'السعر'" in error
+    assert balance(db) == 5000
+    assert not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.parametrize("source_format", ["csv", "xlsx", "parquet"])
+@pytest.mark.parametrize("target_format", ["csv", "xlsx", "parquet"])
+def test_every_reader_writer_pair_gives_the_same_results(
+    tmp_path, db, source_format, target_format
+):
+    listings = read_table(SAMPLE / "portfolio.csv").head(40)
+    source = tmp_path / f"listings.{source_format}"
+    if source_format == "csv":
+        listings.write_csv(source)
+    elif source_format == "parquet":
+        listings.write_parquet(source)
+    else:
+        listings.write_excel(source)
+    out = tmp_path / f"scored.{target_format}"
+    assert score(db, str(source), "-o", str(out)) == 0
+    if target_format == "xlsx":
+        result = pl.read_excel(out, sheet_name="Results", infer_schema_length=0)
+    elif target_format == "csv":
+        result = pl.read_csv(out, infer_schema=False)
+    else:
+        result = pl.read_parquet(out).cast(pl.String)
+    assert result.height == 40
+    assert result.select(listings.columns).equals(listings)
+    reference = tmp_path / "reference.parquet"
+    listings.write_csv(tmp_path / "reference.csv")
+    assert score(db, str(tmp_path / "reference.csv"), "-o", str(reference)) == 0
+    expected = pl.read_parquet(reference)
+    assert result["verdict"].to_list() == expected["verdict"].to_list()
+    for column in ("score", "price_per_sqm", "benchmark_median_sqm"):
+        assert result[column].cast(pl.Float64).equals(expected[column].cast(pl.Float64))
