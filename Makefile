@@ -30,6 +30,9 @@ check: lint test
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+serve: $(STAMP)
+	$(BIN)/decisions serve --demo
+
 benchmarks: $(STAMP)
 	$(BIN)/decisions benchmarks build --out sample_data/benchmarks.csv
 
