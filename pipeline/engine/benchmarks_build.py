@@ -7,6 +7,9 @@ Two CSVs come out, described (sources, rules, how to trace a figure) in
   per city and per (city, district) from the MOJ 2024 deeds, the only deed-level source,
   plus `yoy_pct` from the REGA quarterly aggregates.
 - `market_averages.csv`: mean price per m2 per city and property type from REGA.
+- `type_factors.csv`: per district / city / nationally and per property type, how much
+  dearer (or cheaper) per m2 that type trades than the area's deeds of all types together
+  (REGA), so that the type-blind MOJ percentiles can be compared like for like.
 
 Every figure is derived, not official data. Output is sorted and rounded so that a rebuild
 from the same files is byte-identical.
@@ -59,6 +62,26 @@ BENCHMARK_COLUMNS = (
     "yoy_pct",
 )
 MARKET_COLUMNS = ("city_key", "type", "avg_sqm", "deed_count", "year", "level")
+TYPE_FACTOR_COLUMNS = (
+    "city_key",
+    "district_key",
+    "type",
+    "factor",
+    "type_deeds",
+    "all_deeds",
+    "year",
+    "level",
+)
+# A type factor needs this many priced deeds of the type, and of all types together, in its
+# area (else the area falls back: district -> city -> national).
+TYPE_FACTOR_MIN_TYPE_DEEDS = 20
+TYPE_FACTOR_MIN_ALL_DEEDS = MIN_TRANSACTIONS
+# Factors are clamped to this range, a guard against freak cells rather than a correction:
+# unclamped, 2024 district factors stay within 0.2-3.7, but city factors reach 18 where cheap
+# land dominates the deeds (Hail apartments 7.7, Buraydah villas 5.4, Arar apartments 12.3).
+# Up to 8 those are real, large-sample ratios; the few below 0.25 are thin commercial-land
+# cells. See BENCHMARKS.md.
+TYPE_FACTOR_RANGE = (0.25, 8.0)
 TYPE_ORDER = ("apartment", "villa", "land", "commercial", "office")
 
 
@@ -77,6 +100,8 @@ class BuildReport:
     districts: int
     rows_with_yoy: int
     market_rows: int
+    type_factors_path: Path | None = None
+    type_factor_rows: int = 0
 
     def lines(self) -> list[str]:
         return [
@@ -86,6 +111,7 @@ class BuildReport:
             f"{self.benchmarks_path}: {self.benchmark_rows} rows, {self.cities} cities, "
             f"{self.districts} districts, {self.rows_with_yoy} with yoy_pct",
             f"{self.market_averages_path}: {self.market_rows} rows",
+            f"{self.type_factors_path}: {self.type_factor_rows} rows",
         ]
 
 
@@ -156,14 +182,28 @@ def _spec_type(rega_type: pl.Expr, rega_class: pl.Expr) -> pl.Expr:
     )
 
 
-def _rega_cells(frame: pl.DataFrame) -> pl.DataFrame:
+def _is_agricultural(rega_type: pl.Expr, rega_class: pl.Expr) -> pl.Expr:
+    """Farmland: "قطعة أرض- زراعي" until 2024, "أرض" with the class "زراعي" from 2025."""
+    t, c = normalize_name_expr(rega_type), normalize_name_expr(rega_class)
+    return t.str.contains("زراعي").fill_null(False) | (c == "زراعي").fill_null(False)
+
+
+def _rega_cells(frame: pl.DataFrame, *, all_types: bool = False) -> pl.DataFrame:
     """Common shape of both REGA sources: year, quarter, city_key, district_key, type,
-    deeds, sqm; only cells of a spec type with a plausible published mean."""
+    deeds, sqm; only cells of a spec type with a plausible published mean.
+
+    With `all_types`, categories the spec lacks (whole buildings, "other", ...) are kept as
+    type "other", farmland excepted: the deeds of every type that the MOJ benchmark mixes.
+    """
     low, high = VALID_SQM
+    spec_type = _spec_type(pl.col("rega_type"), pl.col("rega_class"))
+    if all_types:
+        farmland = _is_agricultural(pl.col("rega_type"), pl.col("rega_class"))
+        spec_type = pl.when(farmland).then(None).otherwise(spec_type.fill_null("other"))
     return (
         frame.with_columns(
             city_key=city_key_expr(pl.col("city")),
-            type=_spec_type(pl.col("rega_type"), pl.col("rega_class")),
+            type=spec_type,
         )
         .with_columns(district_key=district_key_expr(pl.col("district"), pl.col("city_key")))
         .with_columns(
@@ -178,7 +218,7 @@ def _rega_cells(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def read_quarter_report(path: Path) -> pl.DataFrame:
+def read_quarter_report(path: Path, *, all_types: bool = False) -> pl.DataFrame:
     """REGA quarter report 2018Q1-2023Q3 as cells (see `_rega_cells`); `sqm` is its
     Meter_Price_W_Avg_IQR (area-weighted mean after an IQR filter, blank for small cells)."""
     raw = pl.read_csv(path, infer_schema=False, encoding="utf8-lossy")
@@ -193,7 +233,7 @@ def read_quarter_report(path: Path) -> pl.DataFrame:
         deeds=pl.col("deed_counts").cast(pl.Float64).cast(pl.Int64),
         sqm=pl.col("Meter_Price_W_Avg_IQR").cast(pl.Float64),
     )
-    return _rega_cells(frame)
+    return _rega_cells(frame, all_types=all_types)
 
 
 def _read_sales_file(path: Path) -> pl.DataFrame:
@@ -227,7 +267,7 @@ def _read_sales_file(path: Path) -> pl.DataFrame:
     ).filter(pl.col("year").is_not_null())
 
 
-def read_sales_indicators(directory: Path) -> pl.DataFrame:
+def read_sales_indicators(directory: Path, *, all_types: bool = False) -> pl.DataFrame:
     """All REGA sales-indicator files as cells (see `_rega_cells`). Year and quarter come
     from the columns, never the file name; a row published twice counts once. `sqm` is the
     published mean price per m2, blank for cells of fewer than five deeds."""
@@ -235,7 +275,7 @@ def read_sales_indicators(directory: Path) -> pl.DataFrame:
     if not files:
         raise FileNotFoundError(f"no REGA sales-indicator CSV files in {directory}")
     frame = pl.concat([_read_sales_file(f) for f in files]).unique(maintain_order=True)
-    return _rega_cells(frame)
+    return _rega_cells(frame, all_types=all_types)
 
 
 def _label(deeds: pl.DataFrame, keys: list[str], raw: str) -> pl.DataFrame:
@@ -380,6 +420,77 @@ def market_averages(latest: pl.DataFrame, fallback: pl.DataFrame) -> pl.DataFram
     return pl.concat([rows, offices], how="diagonal_relaxed")
 
 
+def _factors(cells: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Type factor per `keys` and spec type: deed-weighted mean price per m2 of the type over
+    that of all types (non-farm) in the same cells, clamped to TYPE_FACTOR_RANGE.
+
+    `cells` carries one year (all_types cells, see `_rega_cells`); both sides are REGA's
+    published cell means weighted by their deeds, so the ratio is like for like.
+    """
+    group = [*keys, "year"]
+    weighted = (pl.col("sqm") * pl.col("deeds")).sum() / pl.col("deeds").sum()
+    everything = cells.group_by(group).agg(all_sqm=weighted, all_deeds=pl.col("deeds").sum())
+    typed = cells.filter(pl.col("type") != "other").group_by([*group, "type"])
+    low, high = TYPE_FACTOR_RANGE
+    return (
+        typed.agg(sqm=weighted, type_deeds=pl.col("deeds").sum())
+        .join(everything, on=group)
+        .filter(
+            pl.col("type_deeds") >= TYPE_FACTOR_MIN_TYPE_DEEDS,
+            pl.col("all_deeds") >= TYPE_FACTOR_MIN_ALL_DEEDS,
+        )
+        .with_columns(
+            raw_factor=pl.col("sqm") / pl.col("all_sqm"),
+            factor=(pl.col("sqm") / pl.col("all_sqm")).clip(low, high),
+        )
+    )
+
+
+def type_factors(latest: pl.DataFrame, fallback: pl.DataFrame, bench: pl.DataFrame) -> pl.DataFrame:
+    """Type factors for the places of `bench` (its district and city rows) and nationally.
+
+    `latest` = REGA sales indicators of the benchmark year, `fallback` = the quarter
+    report's last year (both all_types cells). For each (district, type) and (city, type)
+    the latest year with enough deeds wins; national rows come from `fallback`, which covers
+    the whole country. A district row exists only where benchmarks.csv has that district (a
+    listing on its city's benchmark must get its city's factor), a city row only where it
+    has that city. Office is derived: it repeats commercial (see BENCHMARKS.md).
+    """
+
+    def by_place(keys: list[str], places: pl.DataFrame) -> pl.DataFrame:
+        found = [
+            _factors(cells.filter(*[pl.col(k).is_not_null() for k in keys]), keys).join(
+                places, on=keys, how="semi"
+            )
+            for cells in (latest, fallback)
+        ]
+        return pl.concat(
+            [found[0], found[1].join(found[0], on=[*keys, "type"], how="anti")],
+            how="diagonal_relaxed",
+        )
+
+    district_places = bench.filter(pl.col("level") == "district").select("city_key", "district_key")
+    city_places = bench.filter(pl.col("level") == "city").select("city_key")
+    rows = pl.concat(
+        [
+            by_place(["city_key", "district_key"], district_places).with_columns(
+                level=pl.lit("district")
+            ),
+            by_place(["city_key"], city_places).with_columns(
+                district_key=pl.lit(None, pl.String), level=pl.lit("city")
+            ),
+            _factors(fallback, []).with_columns(
+                city_key=pl.lit(None, pl.String),
+                district_key=pl.lit(None, pl.String),
+                level=pl.lit("national"),
+            ),
+        ],
+        how="diagonal_relaxed",
+    )
+    offices = rows.filter(pl.col("type") == "commercial").with_columns(type=pl.lit("office"))
+    return pl.concat([rows, offices], how="diagonal_relaxed")
+
+
 def _finish_benchmarks(bench: pl.DataFrame) -> pl.DataFrame:
     return bench.select(
         pl.col("city_key"),
@@ -412,17 +523,42 @@ def _finish_market(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _finish_type_factors(rows: pl.DataFrame) -> pl.DataFrame:
+    order = {t: i for i, t in enumerate(TYPE_ORDER)}
+    levels = {"national": 0, "city": 1, "district": 2}
+    return (
+        rows.with_columns(
+            _order=pl.col("type").replace_strict(order, return_dtype=pl.Int64),
+            _level=pl.col("level").replace_strict(levels, return_dtype=pl.Int64),
+        )
+        .sort(["_level", "city_key", "district_key", "_order"], nulls_last=False)
+        .select(
+            pl.col("city_key"),
+            pl.col("district_key"),
+            pl.col("type"),
+            pl.col("factor").round(3),
+            pl.col("type_deeds").cast(pl.Int64),
+            pl.col("all_deeds").cast(pl.Int64),
+            pl.col("year").cast(pl.Int64),
+            pl.col("level"),
+        )
+    )
+
+
 def build(sources_dir: Path, out_path: Path) -> BuildReport:
     """Read the official files under `sources_dir` and write `out_path` (benchmarks.csv)
-    and `market_averages.csv` beside it."""
+    and `market_averages.csv`, `type_factors.csv` beside it."""
     sources_dir, out_path = Path(sources_dir), Path(out_path)
     deeds = read_moj_deeds(sources_dir / MOJ_FILE)
     urban = deeds.filter(pl.col("classification").is_in(CLASSIFICATIONS))
     # A multi-property deed's price covers all its units but its area may not: price/m2 mixes.
     kept = urban.filter(pl.col("num_properties") == 1)
 
-    quarter_report = read_quarter_report(sources_dir / QUARTER_REPORT_FILE)
-    indicators = read_sales_indicators(sources_dir / SALES_INDICATORS_DIR)
+    # Every non-farm category (the type factors' "all types" side); "other" dropped below.
+    report_all = read_quarter_report(sources_dir / QUARTER_REPORT_FILE, all_types=True)
+    indicators_all = read_sales_indicators(sources_dir / SALES_INDICATORS_DIR, all_types=True)
+    quarter_report = report_all.filter(pl.col("type") != "other")
+    indicators = indicators_all.filter(pl.col("type") != "other")
     last_report_year = quarter_report["year"].max()
     before = quarter_report.filter(
         pl.col("year") == BENCHMARK_YEAR - 1, pl.col("quarter").is_in(YOY_QUARTERS)
@@ -432,6 +568,13 @@ def build(sources_dir: Path, out_path: Path) -> BuildReport:
     )
 
     bench = _finish_benchmarks(attach_yoy(moj_benchmarks(kept), before, after))
+    factors = _finish_type_factors(
+        type_factors(
+            indicators_all.filter(pl.col("year") == BENCHMARK_YEAR),
+            report_all.filter(pl.col("year") == last_report_year),
+            bench,
+        )
+    )
     market = _finish_market(
         market_averages(
             indicators.filter(pl.col("year") == BENCHMARK_YEAR),
@@ -441,8 +584,10 @@ def build(sources_dir: Path, out_path: Path) -> BuildReport:
 
     out_path.parent.mkdir(parents=True, exist_ok=True)
     market_path = out_path.with_name("market_averages.csv")
+    factors_path = out_path.with_name("type_factors.csv")
     bench.write_csv(out_path)
     market.write_csv(market_path)
+    factors.write_csv(factors_path)
     return BuildReport(
         benchmarks_path=out_path,
         market_averages_path=market_path,
@@ -455,6 +600,8 @@ def build(sources_dir: Path, out_path: Path) -> BuildReport:
         districts=int((bench["level"] == "district").sum()),
         rows_with_yoy=int(bench["yoy_pct"].is_not_null().sum()),
         market_rows=market.height,
+        type_factors_path=factors_path,
+        type_factor_rows=factors.height,
     )
 
 
