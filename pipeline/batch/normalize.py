@@ -14,7 +14,8 @@ Numbers (price, area, bedrooms, bathrooms, floor, age, lat, lng)
     Units around the number, per field:
       price: SAR, SR, ريال, ر.س, ﷼ before or after; multipliers ``1.5M``/``1.5m``/``mn``/
              ``million``/``مليون`` (x 1,000,000) and ``750k``/``thousand``/``ألف`` (x 1,000);
-      area: m2, m², sqm, sq m, square meters, م2, م², م, متر, متر مربع;
+      area: m2, m², sqm, sq m, square meters, م2, م², متر, متر مربع, and a bare m / م
+            (how listings abbreviate square metres); other units (sqft) -> null;
       age: years, yrs, سنة, سنوات, عام;
       floor: also ground / G / أرضي / الأرضي = 0;
       lat, lng: a trailing ``°``; no thousands grouping.
