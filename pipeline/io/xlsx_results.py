@@ -19,7 +19,7 @@ from pipeline.io.xlsx_styles import (
     column_widths,
     number_format,
 )
-from pipeline.io.xlsx_text import ARABIC, FORMULA_FIRST, has_arabic
+from pipeline.io.xlsx_text import ARABIC, FORMULA_FIRST, NEEDS_A_LOOK, has_arabic
 
 # Excel's "number stored as text" warning triangle, shown on the input's own columns when
 # they hold text like "1,500,000" on purpose.
@@ -47,7 +47,7 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     colour_status_columns(sheet, formats, columns, last_row)
     sheet.ignore_errors({"number_stored_as_text": _WHOLE_SHEET})
 
-    text_cols = [i for i, dt in enumerate(frame.dtypes) if dt == pl.String]
+    plain_text, checked_text = _split_text_columns(frame)
     num_cols = [
         (i, number_format(formats, name))
         for i, (name, dt) in enumerate(frame.schema.items())
@@ -55,21 +55,44 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     ]
     write_string = sheet.write_string
     write_number = sheet.write_number
-    text_formats = formats.text
+    rtl, quoted, rtl_quoted = formats.text.rtl, formats.text.quoted, formats.text.rtl_quoted
     arabic_search = ARABIC.search
     formula_first = FORMULA_FIRST
 
     for r, row in enumerate(frame.iter_rows(), 1):
-        for c in text_cols:
+        for c in plain_text:
             v = row[c]
-            if not v:  # null and "" are both an empty cell
-                continue
-            if v.isascii() and v[0] not in formula_first:
+            if v:  # null and "" are both an empty cell
                 write_string(r, c, v)
+        for c in checked_text:
+            v = row[c]
+            if not v:
+                continue
+            if v.isascii():
+                if v[0] in formula_first:
+                    write_string(r, c, v, quoted)
+                else:
+                    write_string(r, c, v)
+            elif arabic_search(v) is None:
+                write_string(r, c, v, quoted if v[0] in formula_first else None)
             else:
-                arabic = not v.isascii() and arabic_search(v) is not None
-                write_string(r, c, v, text_formats.pick(arabic, v[0] in formula_first))
+                write_string(r, c, v, rtl_quoted if v[0] in formula_first else rtl)
         for c, fmt in num_cols:
             v = row[c]
             if v is not None:
                 write_number(r, c, v, fmt)
+
+
+def _split_text_columns(frame: pl.DataFrame) -> tuple[list[int], list[int]]:
+    """Text columns whose cells all go in as they are, and those where some cell is Arabic
+    or starts like a formula and so needs a look per cell; decided with one vectorised pass."""
+    text = [name for name, dt in frame.schema.items() if dt == pl.String]
+    if not text or frame.height == 0:
+        return [], []
+    flags = frame.select(pl.col(text).str.contains(NEEDS_A_LOOK).any()).row(0)
+    needs_look = {name for name, flag in zip(text, flags, strict=True) if flag}
+    index = {name: i for i, name in enumerate(frame.columns)}
+    return (
+        [index[n] for n in text if n not in needs_look],
+        [index[n] for n in text if n in needs_look],
+    )

@@ -17,6 +17,8 @@ TRUNCATION_MARKER = " …[truncated: Excel holds at most 32,767 characters in a 
 # Text starting with one of these would be read as a formula if typed into Excel.
 FORMULA_FIRST = frozenset("=+-@\t\r")
 ARABIC = re.compile("[\u0600-\u06ff]")
+# The same test as a polars pattern: a value that may be Arabic or start like a formula.
+NEEDS_A_LOOK = r"^[=+\-@\t\r]|[^\x00-\x7f]"
 
 
 def has_arabic(text: str) -> bool:
