@@ -19,7 +19,13 @@ from openpyxl.workbook.workbook import Workbook
 from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_SCHEMA, SAR_COLUMNS
 from pipeline.errors import OutputError
 from pipeline.io.write import write_output
-from pipeline.io.xlsx_text import EXCEL_MAX_CHARS, TRUNCATION_MARKER
+from pipeline.io.xlsx_text import (
+    EXCEL_MAX_CHARS,
+    NEEDS_A_LOOK,
+    TRUNCATION_MARKER,
+    has_arabic,
+    looks_like_formula,
+)
 from tests.test_writers import (
     ORIGINALS,
     STATUSES,
@@ -299,3 +305,13 @@ def test_libreoffice_opens_the_workbook(workbook_path: Path, tmp_path: Path) -> 
     text = (tmp_path / "scored.csv").read_text(encoding="utf-8", errors="replace")
     assert "1,500,000" in text
     assert '=HYPERLINK(""http://evil.example"",""click"")' in text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["plain", "a-b", "1,500,000", "-5", "=1", "+1", "@x", "\tx", "\rx", "é", "عربي", "x عربي"],
+)
+def test_vectorised_pre_check_never_misses_a_cell_that_needs_a_look(text: str) -> None:
+    flagged = pl.Series([text]).str.contains(NEEDS_A_LOOK)[0]
+    if has_arabic(text) or looks_like_formula(text):
+        assert flagged
