@@ -88,7 +88,7 @@ def cmd_benchmarks_build(args: argparse.Namespace, settings: Settings) -> int:
 
     sources = Path(args.sources) if args.sources else settings.root.parent / "shared" / "data"
     report = build(sources, Path(args.out))
-    print(report)
+    print("\n".join(report.lines()))
     return 0
 
 
