@@ -2,8 +2,8 @@
 
 This sheet is the bottleneck of a run that writes XLSX (PERF-NOTES.md), so the loop does no
 more per cell than bare xlsxwriter needs: each column's kind is decided once, rows come from one
-`iter_rows()` pass, and ASCII text that cannot look like a formula - nearly all of it - goes
-straight to `write_string`.
+`iter_rows()` pass, and a text column whose values are all ASCII and none starts like a formula
+(found with one vectorised pass) goes straight to `write_string` without a look at each cell.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def write_summary_sheet(
 def _write_value_row(
     sheet: Worksheet, formats: Formats, row: int, label: str, value: object
 ) -> None:
-    sheet.write_string(row, 0, label)
+    _write_text(sheet, formats, row, 0, label)
     if value is None:
         return
     if isinstance(value, bool):
