@@ -11,7 +11,13 @@ from pipeline.engine.benchmarks import (
     BenchmarkTable,
     attach_benchmarks,
 )
-from pipeline.engine.benchmarks_build import MIN_TRANSACTIONS, build
+from pipeline.engine.benchmarks_build import (
+    MIN_TRANSACTIONS,
+    TYPE_FACTOR_MIN_ALL_DEEDS,
+    TYPE_FACTOR_MIN_TYPE_DEEDS,
+    TYPE_FACTOR_RANGE,
+    build,
+)
 from pipeline.engine.names import normalize_name
 
 SHARED_DATA = Path(__file__).parents[1].parent / "shared" / "data"
@@ -160,7 +166,151 @@ def test_alias_targets_exist_in_the_table(table: BenchmarkTable) -> None:
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="official data not present in ../shared/data")
 def test_rebuild_is_byte_identical(tmp_path: Path) -> None:
     report = build(SHARED_DATA, tmp_path / "benchmarks.csv")
-    for name in ("benchmarks.csv", "market_averages.csv"):
+    for name in ("benchmarks.csv", "market_averages.csv", "type_factors.csv"):
         assert (tmp_path / name).read_bytes() == (DEFAULT_DIR / name).read_bytes(), name
     assert report.cities + report.districts == report.benchmark_rows
+    assert report.type_factor_rows == BenchmarkTable.default().type_factors.height
     assert report.deeds_used < report.deeds_read
+
+
+# -- type factors -------------------------------------------------------------------------------
+
+TYPES = ("apartment", "villa", "land", "commercial", "office")
+
+
+def attach_one(table: BenchmarkTable, city: str | None, district: str | None, type_: str | None):
+    return attach_benchmarks(frame([(city, district, type_)]), table).row(0, named=True)
+
+
+def factor_row(table: BenchmarkTable, level: str, type_: str, city=None, district=None) -> dict:
+    rows = table.type_factors.filter(
+        pl.col("level") == level,
+        pl.col("type") == type_,
+        pl.col("city_key").eq_missing(city),
+        pl.col("district_key").eq_missing(district),
+    )
+    assert rows.height == 1, (level, type_, city, district)
+    return rows.row(0, named=True)
+
+
+def test_malqa_type_factors_and_arabic_names(table: BenchmarkTable) -> None:
+    out = attach_benchmarks(frame([("Riyadh", "Al Malqa", t) for t in TYPES]), table)
+    assert out["type_factor_level"].to_list() == ["district"] * len(TYPES)
+    assert out["benchmark_city_ar"].to_list() == ["الرياض"] * len(TYPES)
+    assert out["benchmark_district_ar"].to_list() == ["الملقا"] * len(TYPES)
+    factor = dict(zip(TYPES, out["type_factor"], strict=True))
+    # An established district trades mostly homes: homes near the mix, land below it.
+    assert 0.7 < factor["apartment"] < 1.5
+    assert 0.7 < factor["villa"] < 1.5
+    assert factor["land"] < 1.0
+    assert factor["office"] == factor["commercial"]  # no office data: office repeats commercial
+    for type_, value in factor.items():
+        assert value == factor_row(table, "district", type_, "الرياض", "الملقا")["factor"]
+
+
+def test_land_dominated_place_lifts_homes_and_not_land(table: BenchmarkTable) -> None:
+    # Buraydah: REGA names no districts there, so every Buraydah benchmark uses the city factor.
+    out = attach_benchmarks(
+        frame([("Buraydah", None, t) for t in ("villa", "apartment", "land")]), table
+    )
+    villa, apartment, land = out["type_factor"]
+    assert villa > 3 and apartment > 3
+    assert land < 1
+    assert set(out["type_factor_level"]) == {"city"}
+    assert out["benchmark_district_ar"].to_list() == [None] * 3
+
+
+def test_city_benchmark_never_takes_a_district_factor(table: BenchmarkTable) -> None:
+    row = attach_one(table, "Riyadh", "No Such Place", "villa")
+    assert row["benchmark_level"] == "city"
+    assert row["benchmark_city_ar"] == "الرياض"
+    assert row["benchmark_district_ar"] is None
+    assert row["type_factor_level"] == "city"
+    assert row["type_factor"] == factor_row(table, "city", "villa", "الرياض")["factor"]
+
+
+def test_district_without_its_own_factor_falls_back_to_city(table: BenchmarkTable) -> None:
+    factors = table.type_factors
+    with_own = factors.filter(pl.col("level") == "district", pl.col("type") == "apartment")
+    districts = table.benchmarks.filter(
+        pl.col("level") == "district", pl.col("city_key") == "الرياض"
+    )
+    lacking = districts.join(with_own, on=["city_key", "district_key"], how="anti")
+    district = lacking["district_ar"][0]
+    row = attach_one(table, "الرياض", district, "apartment")
+    assert row["benchmark_level"] == "district"
+    assert row["type_factor_level"] == "city"
+    assert row["type_factor"] == factor_row(table, "city", "apartment", "الرياض")["factor"]
+
+
+def test_city_without_a_factor_falls_back_to_national(table: BenchmarkTable) -> None:
+    factors = table.type_factors
+    cities = table.benchmarks.filter(pl.col("level") == "city")
+    with_villa = factors.filter(pl.col("level") == "city", pl.col("type") == "villa")
+    city = cities.join(with_villa, on="city_key", how="anti")["city_ar"][0]
+    row = attach_one(table, city, None, "villa")
+    assert row["benchmark_level"] == "city"
+    assert row["type_factor_level"] == "national"
+    assert row["type_factor"] == factor_row(table, "national", "villa")["factor"]
+
+
+def test_factor_null_only_without_a_benchmark(table: BenchmarkTable) -> None:
+    no_benchmark = attach_one(table, "Atlantis", None, "villa")
+    assert no_benchmark["type_factor"] is None
+    assert no_benchmark["type_factor_level"] is None
+    assert no_benchmark["benchmark_city_ar"] is None
+    for type_ in (None, "castle"):  # unknown type: the benchmark as it stands
+        row = attach_one(table, "Riyadh", "Al Malqa", type_)
+        assert row["type_factor"] == 1.0
+        assert row["type_factor_level"] is None
+    assert attach_one(table, "Riyadh", "Al Malqa", " Villa ")["type_factor_level"] == "district"
+
+
+def test_benchmark_for_has_the_factor_columns(table: BenchmarkTable) -> None:
+    row = table.benchmark_for("جدة", None, "apartment")
+    assert row["benchmark_city_ar"] == "جده"  # MOJ's most frequent spelling of جدة
+    assert row["type_factor_level"] == "city"
+    assert row["type_factor"] > 1
+
+
+def test_type_factor_table_invariants(table: BenchmarkTable) -> None:
+    factors = table.type_factors
+    low, high = TYPE_FACTOR_RANGE
+    assert factors["factor"].min() >= low and factors["factor"].max() <= high
+    assert (
+        factors.null_count().select(pl.exclude("city_key", "district_key")).sum_horizontal()[0] == 0
+    )
+    assert factors["type_deeds"].min() >= TYPE_FACTOR_MIN_TYPE_DEEDS
+    assert factors["all_deeds"].min() >= TYPE_FACTOR_MIN_ALL_DEEDS
+    assert (factors["type_deeds"] <= factors["all_deeds"]).all()
+    assert set(factors["type"]) == set(TYPES)
+    assert factors.select("city_key", "district_key", "type").is_unique().all()
+    by_level = {
+        lvl: factors.filter(pl.col("level") == lvl) for lvl in ("district", "city", "national")
+    }
+    assert sum(f.height for f in by_level.values()) == factors.height
+    assert sorted(by_level["national"]["type"]) == sorted(TYPES)
+    assert by_level["national"]["city_key"].null_count() == len(TYPES)
+    assert by_level["city"]["district_key"].null_count() == by_level["city"].height
+    assert by_level["district"]["district_key"].null_count() == 0
+    # Factors exist only for places that have a benchmark of the same level.
+    bench = table.benchmarks
+    assert by_level["district"].join(bench, on=["city_key", "district_key"], how="anti").is_empty()
+    cities = bench.filter(pl.col("level") == "city")
+    assert by_level["city"].join(cities, on="city_key", how="anti").is_empty()
+    # Office repeats commercial everywhere.
+    office = factors.filter(pl.col("type") == "office").drop("type")
+    commercial = factors.filter(pl.col("type") == "commercial").drop("type")
+    assert office.equals(commercial)
+
+
+def test_version_covers_the_type_factors(tmp_path: Path, table: BenchmarkTable) -> None:
+    for name in ("benchmarks.csv", "market_averages.csv", "type_factors.csv"):
+        (tmp_path / name).write_bytes((DEFAULT_DIR / name).read_bytes())
+    assert BenchmarkTable.load(tmp_path / "benchmarks.csv").version == table.version
+    text = (tmp_path / "type_factors.csv").read_text(encoding="utf-8")
+    assert text.startswith("city_key,district_key,type,factor,type_deeds,all_deeds,year,level\n")
+    assert "\n,,apartment," in text  # national rows: both keys empty
+    changed = text.replace("\n,,apartment,", "\n,,apartment,9", 1)
+    (tmp_path / "type_factors.csv").write_text(changed, encoding="utf-8")
+    assert BenchmarkTable.load(tmp_path / "benchmarks.csv").version != table.version
