@@ -59,7 +59,9 @@ def test_fuzz_no_5xx_and_responses_match_the_schema(live: Service, mode: Generat
     statuses: Counter[int] = Counter()
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=80, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     def fuzz(case: schemathesis.Case) -> None:
         response = case.call_and_validate(base_url=live.url, headers=authorized, checks=CHECKS)
         statuses[response.status_code] += 1

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.engine.rules import MAXIMUM, MINIMUM_AREA
 from pipeline.engine.schema import PROPERTY_TYPES
 
 Verdict = Literal["match", "partial", "no_match"]
@@ -18,17 +19,39 @@ BucketStatus = Literal["pass", "warn", "fail"]
 
 _STRICT = ConfigDict(strict=True, extra="ignore")
 
+# The value rules shown in the OpenAPI document; they are enforced by rules.py, not here, so
+# that the batch path and the API give the same messages.
+_COUNT = {"minimum": 0, "multipleOf": 1}
+
+
+def _bounds(field: str, **extra: float) -> dict[str, float]:
+    return {**extra, "maximum": MAXIMUM[field]}
+
 
 class Property(BaseModel):
     model_config = _STRICT
 
     type: str = Field(json_schema_extra={"enum": list(PROPERTY_TYPES)})
-    price: float = Field(description="Asking price in SAR; > 0.")
-    area: float = Field(description="Total area in square metres; > 0.")
-    bedrooms: float | None = Field(default=None, description="Whole number >= 0.")
-    bathrooms: float | None = Field(default=None, description="Whole number >= 0.")
-    floor: float | None = Field(default=None, description="Whole number >= 0; 0 = ground.")
-    age: float | None = Field(default=None, description="Years; whole number >= 0.")
+    price: float = Field(
+        description="Asking price in SAR; > 0.",
+        json_schema_extra=_bounds("price", exclusiveMinimum=0),
+    )
+    area: float = Field(
+        description="Total area in m2; > 0.",
+        json_schema_extra=_bounds("area", minimum=MINIMUM_AREA),
+    )
+    bedrooms: float | None = Field(
+        default=None, description="Whole, >= 0.", json_schema_extra=_bounds("bedrooms", **_COUNT)
+    )
+    bathrooms: float | None = Field(
+        default=None, description="Whole, >= 0.", json_schema_extra=_bounds("bathrooms", **_COUNT)
+    )
+    floor: float | None = Field(
+        default=None, description="0 = ground.", json_schema_extra=_bounds("floor", **_COUNT)
+    )
+    age: float | None = Field(
+        default=None, description="Years, whole.", json_schema_extra=_bounds("age", **_COUNT)
+    )
     parking: bool | None = None
     furnished: bool | None = None
 
@@ -38,8 +61,12 @@ class Location(BaseModel):
 
     city: str = Field(description="City in Arabic or English, e.g. Riyadh or الرياض.")
     district: str | None = Field(default=None, description="District; city level if absent.")
-    lat: float | None = Field(default=None, description="[-90, 90]; with lng.")
-    lng: float | None = Field(default=None, description="[-180, 180]; with lat.")
+    lat: float | None = Field(
+        default=None, description="With lng.", json_schema_extra={"minimum": -90, "maximum": 90}
+    )
+    lng: float | None = Field(
+        default=None, description="With lat.", json_schema_extra={"minimum": -180, "maximum": 180}
+    )
 
 
 class DecisionRequest(BaseModel):

@@ -37,12 +37,30 @@ def _required(column: str, hint: str = "") -> Rule:
     return Rule(column, "required", f"{path} is required{hint}", _c(column).is_null())
 
 
+# Upper bounds far beyond any real listing; they keep price per m2 and every score finite.
+MAXIMUM: dict[str, float] = {
+    "price": 100_000_000_000,  # SAR
+    "area": 100_000_000,  # m2
+    "bedrooms": 1000,
+    "bathrooms": 1000,
+    "floor": 300,
+    "age": 1000,
+}
+MINIMUM_AREA = 0.01  # m2
+
+
+def _at_most(column: str) -> Rule:
+    path, limit = FIELD_PATHS[column], MAXIMUM[column]
+    return Rule(column, "maximum", f"{path} must be at most {limit:,.0f}", _c(column) > limit)
+
+
 def _positive(column: str) -> list[Rule]:
     path = FIELD_PATHS[column]
     return [
         _required(column),
         Rule(column, "finite", f"{path} must be a finite number", ~_c(column).is_finite()),
         Rule(column, "positive", f"{path} must be a positive number (> 0)", _c(column) <= 0),
+        _at_most(column),
     ]
 
 
@@ -53,6 +71,7 @@ def _whole_non_negative(column: str) -> list[Rule]:
         Rule(column, "finite", f"{path} must be a finite number", ~value.is_finite()),
         Rule(column, "non_negative", f"{path} must not be negative (>= 0)", value < 0),
         Rule(column, "whole", f"{path} must be a whole number", value.floor() != value),
+        _at_most(column),
     ]
 
 
@@ -86,6 +105,12 @@ RULES: tuple[Rule, ...] = (
     ),
     *_positive("price"),
     *_positive("area"),
+    Rule(
+        "area",
+        "minimum",
+        f"property.area must be at least {MINIMUM_AREA} m2",
+        _c("area") < MINIMUM_AREA,
+    ),
     *_whole_non_negative("bedrooms"),
     *_whole_non_negative("bathrooms"),
     *_whole_non_negative("floor"),
