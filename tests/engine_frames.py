@@ -18,6 +18,8 @@ MARKET_SCHEMA: dict[str, pl.DataType] = {
     "benchmark_yoy_pct": pl.Float64(),
     "market_avg_sqm": pl.Float64(),
     "market_avg_level": pl.String(),
+    "type_factor": pl.Float64(),
+    "type_factor_level": pl.String(),
 }
 
 DISTRICT_MARKET: dict[str, Any] = {
@@ -30,6 +32,8 @@ DISTRICT_MARKET: dict[str, Any] = {
     "benchmark_yoy_pct": 3.0,
     "market_avg_sqm": 5800.0,
     "market_avg_level": "city",
+    "type_factor": 1.0,
+    "type_factor_level": "district",
 }
 
 NO_MARKET: dict[str, Any] = dict.fromkeys(MARKET_SCHEMA)

@@ -29,7 +29,7 @@ listings = st.fixed_dictionaries(
 markets = st.one_of(
     st.just(NO_MARKET),
     st.builds(
-        lambda median, spread, count, yoy, avg, level: {
+        lambda median, spread, count, yoy, avg, level, factor: {
             **DISTRICT_MARKET,
             "benchmark_level": level,
             "benchmark_median_sqm": median,
@@ -38,6 +38,7 @@ markets = st.one_of(
             "benchmark_transaction_count": count,
             "benchmark_yoy_pct": yoy,
             "market_avg_sqm": avg,
+            "type_factor": factor,
         },
         st.floats(300, 20_000),
         st.floats(0.0, 0.6),
@@ -45,6 +46,7 @@ markets = st.one_of(
         st.one_of(st.none(), st.floats(-40, 40)),
         st.one_of(st.none(), st.floats(300, 20_000)),
         st.sampled_from(["district", "city"]),
+        st.floats(0.25, 4.0),
     ),
 )
 
@@ -108,6 +110,14 @@ def test_price_anchors_at_the_benchmark_percentiles():
     scored = score_frame(market_frame([request_row(price=p) for p in prices]))
     assert scored["price_score"].to_list() == [100, 100, 75, 50, 0]
     assert scored["price_status"].to_list() == ["pass", "pass", "pass", "warn", "fail"]
+
+
+def test_the_type_factor_scales_the_price_anchors():
+    # Villas here trade at twice the area's average deed price per m2: a villa at twice the
+    # median scores as a median-priced listing would without the factor.
+    villa_market = {**DISTRICT_MARKET, "type_factor": 2.0}
+    at_twice_median = score_frame(market_frame([request_row(price=400 * 13_000.0)], villa_market))
+    assert at_twice_median["price_score"].to_list() == [75]
 
 
 def test_without_a_benchmark_price_is_neutral_and_location_low():

@@ -75,10 +75,16 @@ def _place(row: Mapping[str, Any]) -> str:
 
 
 def _place_ar(row: Mapping[str, Any]) -> str:
-    district, city = row.get("district"), row.get("city")
+    city = row.get("benchmark_city_ar") or row.get("city")
+    district = row.get("benchmark_district_ar") or row.get("district")
     if district and row.get("benchmark_level") == "district":
         return f"حي {district} في {city}"
     return f"مدينة {city}"
+
+
+def adjusted(row: Mapping[str, Any], name: str) -> float:
+    """A benchmark percentile scaled to the property type, as the price bucket uses it."""
+    return row[f"benchmark_{name}_sqm"] * (row.get("type_factor") or 1.0)
 
 
 def risk_flags(row: Mapping[str, Any]) -> list[str]:
@@ -91,9 +97,9 @@ def risk_flags(row: Mapping[str, Any]) -> list[str]:
             flags.append("city_level_benchmark")
         if row["benchmark_transaction_count"] < THIN_MARKET_DEEDS:
             flags.append("thin_market")
-        if ppsqm > row["benchmark_p75_sqm"]:
+        if ppsqm > adjusted(row, "p75"):
             flags.append("price_above_p75")
-        if ppsqm < FAR_BELOW_MARKET * row["benchmark_p25_sqm"]:
+        if ppsqm < FAR_BELOW_MARKET * adjusted(row, "p25"):
             flags.append("price_far_below_market")
         yoy = row.get("benchmark_yoy_pct")
         if yoy is not None and yoy <= FALLING_MARKET_PCT:
@@ -123,31 +129,33 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
                 f"المسجلة (سعر المتر {_sar(ppsqm)} ريال)."
             ],
         )
-    median, p25, p75 = (row[f"benchmark_{k}_sqm"] for k in ("median", "p25", "p75"))
+    median, p25, p75 = (adjusted(row, k) for k in ("median", "p25", "p75"))
     diff = _pct_diff(ppsqm, median)
     side_en = "below" if diff < 0 else "above"
     side_ar = "أقل" if diff < 0 else "أعلى"
     if ppsqm <= p25:
-        band_en, band_ar = (
-            "at or below the 25th percentile (well priced)",
-            "عند الربع الأدنى أو دونه (سعر جيد)",
-        )
+        band_en = "at or below the 25th percentile (well priced)"
+        band_ar = "عند الربع الأدنى أو دونه (سعر جيد)"
     elif ppsqm <= p75:
         band_en, band_ar = "between the 25th and 75th percentiles", "بين الربيعين الأدنى والأعلى"
     else:
-        band_en, band_ar = (
-            "above the 75th percentile (expensive for the area)",
-            "فوق الربع الأعلى (مرتفع للمنطقة)",
-        )
-    count, year = row["benchmark_transaction_count"], row["benchmark_year"]
+        band_en = "above the 75th percentile (expensive for the area)"
+        band_ar = "فوق الربع الأعلى (مرتفع للمنطقة)"
+    count, year, kind = row["benchmark_transaction_count"], row["benchmark_year"], row["type"]
+    factor = row.get("type_factor") or 1.0
+    all_deeds = row["benchmark_median_sqm"]
     en = (
-        f"The asking price of {_sar(ppsqm)} SAR per m2 is {abs(diff):.0f}% {side_en} the median of "
-        f"{_sar(median)} SAR/m2 in {_place(row)} ({year}, {count:,} deeds), {band_en}."
+        f"The asking price of {_sar(ppsqm)} SAR per m2 is {abs(diff):.0f}% {side_en} the median "
+        f"of {_sar(median)} SAR/m2 for a {kind} in {_place(row)}, {band_en}. That median is the "
+        f"area's median over all {count:,} deeds of {year} ({_sar(all_deeds)} SAR/m2) times "
+        f"{factor:.2f}, the price level of {kind} sales against all sales there."
     )
     ar = (
-        f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {side_ar} بنسبة {abs(diff):.0f}% "
-        f"من الوسيط البالغ {_sar(median)} ريال للمتر في {_place_ar(row)} "
-        f"(بيانات {year}، {count:,} صفقة)، {band_ar}."
+        f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {side_ar} بنسبة {abs(diff):.0f}% من الوسيط "
+        f"البالغ {_sar(median)} ريال للمتر لـ{_TYPE_AR[kind]} في {_place_ar(row)}، {band_ar}. "
+        f"وهذا الوسيط هو وسيط جميع الصفقات في المنطقة ({count:,} صفقة في {year}، "
+        f"{_sar(all_deeds)} ريال للمتر) مضروباً في {factor:.2f}، وهو مستوى أسعار "
+        f"{_TYPE_AR_PLURAL[kind]} مقارنة بجميع الصفقات هناك."
     )
     sentences_en, sentences_ar = [en], [ar]
     yoy = row.get("benchmark_yoy_pct")

@@ -76,10 +76,15 @@ def _ppsqm() -> pl.Expr:
     return pl.col("price") / pl.col("area")
 
 
+def type_adjusted(name: str) -> pl.Expr:
+    """A benchmark percentile scaled to the property type (the deeds carry no type)."""
+    return pl.col(f"benchmark_{name}_sqm") * pl.col("type_factor").fill_null(1.0)
+
+
 def price_bucket() -> pl.Expr:
-    """Price per m2 against the benchmark's p25 / median / p75; never rises with price."""
+    """Price per m2 against the type-adjusted p25 / median / p75; never rises with price."""
     ppsqm = _ppsqm()
-    p25, median, p75 = (pl.col(f"benchmark_{k}_sqm") for k in ("p25", "median", "p75"))
+    p25, median, p75 = (type_adjusted(k) for k in ("p25", "median", "p75"))
     zero_at = p75 * PRICE_ZERO_AT_P75_TIMES
     score = (
         pl.when(median.is_null())
