@@ -243,6 +243,18 @@ def test_district_without_its_own_factor_falls_back_to_city(table: BenchmarkTabl
     assert row["type_factor"] == factor_row(table, "city", "apartment", "الرياض")["factor"]
 
 
+def test_district_whose_rega_cells_disagree_with_moj_takes_its_city_factor(
+    table: BenchmarkTable,
+) -> None:
+    # Riyadh الغدير: REGA's only 2024 land cell (75 deeds at 452 SAR/m2) does not describe
+    # the district's 34 MOJ deeds (median 8,100), so its own factors are not used.
+    row = attach_one(table, "Riyadh", "Al Ghadir", "apartment")
+    assert row["benchmark_level"] == "district"
+    assert row["type_factor_level"] == "city"
+    ghadir = table.type_factors.filter(pl.col("district_key") == "الغدير")
+    assert "الرياض" not in set(ghadir["city_key"])
+
+
 def test_city_without_a_factor_falls_back_to_national(table: BenchmarkTable) -> None:
     factors = table.type_factors
     cities = table.benchmarks.filter(pl.col("level") == "city")

@@ -82,6 +82,12 @@ TYPE_FACTOR_MIN_ALL_DEEDS = MIN_TRANSACTIONS
 # Up to 8 those are real, large-sample ratios; the few below 0.25 are thin commercial-land
 # cells. See BENCHMARKS.md.
 TYPE_FACTOR_RANGE = (0.25, 8.0)
+# A district's REGA cells must describe the same market as its MOJ deeds: REGA's all-types mean
+# within this range of the MOJ mean price per m2 of the district's benchmark deeds, else the
+# district gets no factors of its own (its city's apply). 90% of districts lie within 0.86-1.36;
+# outside 0.5-2 are cells like a 75-deed bulk land sale at 450 SAR/m2 in Riyadh's الغدير (whose
+# MOJ benchmark has 34 deeds at a median of 8,100). Not applied to cities, see BENCHMARKS.md.
+TYPE_FACTOR_AGREEMENT = (0.5, 2.0)
 TYPE_ORDER = ("apartment", "villa", "land", "commercial", "office")
 
 
@@ -446,7 +452,12 @@ def _factors(cells: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     )
 
 
-def type_factors(latest: pl.DataFrame, fallback: pl.DataFrame, bench: pl.DataFrame) -> pl.DataFrame:
+def type_factors(
+    latest: pl.DataFrame,
+    fallback: pl.DataFrame,
+    bench: pl.DataFrame,
+    district_moj_mean: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """Type factors for the places of `bench` (its district and city rows) and nationally.
 
     `latest` = REGA sales indicators of the benchmark year, `fallback` = the quarter
@@ -455,21 +466,33 @@ def type_factors(latest: pl.DataFrame, fallback: pl.DataFrame, bench: pl.DataFra
     the whole country. A district row exists only where benchmarks.csv has that district (a
     listing on its city's benchmark must get its city's factor), a city row only where it
     has that city. Office is derived: it repeats commercial (see BENCHMARKS.md).
+
+    `district_moj_mean` (city_key, district_key, moj_mean: mean price per m2 of the district's
+    benchmark deeds) enables the TYPE_FACTOR_AGREEMENT check on district factors.
     """
+    low, high = TYPE_FACTOR_AGREEMENT
 
     def by_place(keys: list[str], places: pl.DataFrame) -> pl.DataFrame:
         found = [
             _factors(cells.filter(*[pl.col(k).is_not_null() for k in keys]), keys).join(
-                places, on=keys, how="semi"
+                places, on=keys, how="inner"
             )
             for cells in (latest, fallback)
         ]
+        if "moj_mean" in places.columns:
+            agree = (pl.col("all_sqm") / pl.col("moj_mean")).is_between(low, high)
+            found = [f.filter(agree) for f in found]
         return pl.concat(
             [found[0], found[1].join(found[0], on=[*keys, "type"], how="anti")],
             how="diagonal_relaxed",
         )
 
     district_places = bench.filter(pl.col("level") == "district").select("city_key", "district_key")
+    if district_moj_mean is not None:
+        district_places = district_places.join(
+            district_moj_mean.select("city_key", "district_key", "moj_mean"),
+            on=["city_key", "district_key"],
+        )
     city_places = bench.filter(pl.col("level") == "city").select("city_key")
     rows = pl.concat(
         [
@@ -573,6 +596,9 @@ def build(sources_dir: Path, out_path: Path) -> BuildReport:
             indicators_all.filter(pl.col("year") == BENCHMARK_YEAR),
             report_all.filter(pl.col("year") == last_report_year),
             bench,
+            kept.filter(pl.col("district_key").is_not_null())
+            .group_by("city_key", "district_key")
+            .agg(moj_mean=pl.col("price_per_sqm").mean()),
         )
     )
     market = _finish_market(
