@@ -33,7 +33,10 @@ def balance(db: str, workspace: str = "acme") -> int:
 
 
 def score(db: str, *args: str) -> int:
-    return main(["score", *args, "--db", db, "--workspace", "acme", "--quiet"])
+    journal = str(Path(db).with_name(f"journal-{len(list(Path(db).parent.iterdir()))}.journal"))
+    return main(
+        ["score", *args, "--db", db, "--workspace", "acme", "--quiet", "--journal", journal]
+    )
 
 
 def test_scores_the_sample_portfolio_into_three_formats(tmp_path, db):
@@ -113,7 +116,8 @@ def test_a_short_balance_stops_at_what_it_can_pay(tmp_path):
     assert main(["workspace", "create", "small", "--balance", "30", "--db", db]) == 0
     out = tmp_path / "scored.parquet"
     code = main(["score", str(SAMPLE / "portfolio.csv"), "-o", str(out), "--db", db,
-                 "--workspace", "small", "--reasoning", "all", "--quiet"])  # fmt: skip
+                 "--workspace", "small", "--reasoning", "all", "--quiet",
+                 "--journal", str(tmp_path / "j.journal")])  # fmt: skip
     assert code == 3
     frame = pl.read_parquet(out)
     assert frame["decisions_used"].sum() == 30  # ten rows at 3 decisions

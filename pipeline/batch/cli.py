@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 from pipeline.batch.progress import ProgressReporter
-from pipeline.batch.run import BatchOptions, BatchOutcome, run_batch
+from pipeline.batch.run import BatchOptions, BatchOutcome, Plan, run_batch
 from pipeline.settings import Settings
 
 
@@ -40,12 +39,23 @@ def add_score_command(commands: Any) -> None:
     score.add_argument("--no-bom", action="store_true", help="CSV output without the UTF-8 BOM")
     score.add_argument("--workspace", help="workspace to charge (default: the local one)")
     score.add_argument("--db", help="ledger: a SQLite path or sqlite:///PATH (env DECISIONS_DB)")
+    score.add_argument(
+        "--priority", metavar="COLUMN", help="score the highest values of COLUMN first"
+    )
+    score.add_argument(
+        "--dry-run", action="store_true", help="print the plan and its cost; charge nothing"
+    )
+    score.add_argument(
+        "--fresh", action="store_true", help="forget the journal: score (and pay) every row again"
+    )
+    score.add_argument("--journal", type=Path, help="journal file (default: one per input)")
     score.add_argument("--quiet", action="store_true", help="no progress, no summary table")
     score.add_argument("--json", action="store_true", help="print the summary as JSON")
     score.set_defaults(handler=cmd_score)
 
 
 def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.batch.journal import Journal, job_lock, journal_path
     from pipeline.batch.scorers.local import LocalScorer
     from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine
@@ -60,6 +70,7 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         config=args.config,
         reasoning=args.reasoning,
         budget=args.budget,
+        priority=args.priority,
         encoding=args.encoding,
         sheet=int(args.sheet) if args.sheet and args.sheet.isdigit() else args.sheet,
         csv_bom=not args.no_bom,
@@ -68,21 +79,46 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
     workspace = args.workspace or settings.ledger.workspace
     ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
     engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
-    scorer = LocalScorer(
-        engine,
-        ledger,
-        workspace=workspace,
-        run_key=f"run-{uuid.uuid4().hex}",
-        chunk_rows=settings.batch.chunk_rows,
+    scorer = LocalScorer(engine, ledger, workspace=workspace, chunk_rows=settings.batch.chunk_rows)
+    target = f"embedded:{ledger.path.resolve()}:{workspace}"
+    path = args.journal or journal_path(
+        settings.resolve(settings.batch.journal_dir), args.input, target
     )
     progress = ProgressReporter(quiet=args.quiet or args.json)
-    outcome = run_batch(options, scorer, workspace=workspace, progress=progress)
+    with job_lock(path):
+        journal = Journal(path)
+        if args.fresh and not args.dry_run:
+            journal.reset()
+        outcome = run_batch(
+            options,
+            scorer,
+            journal=None if args.fresh and args.dry_run else journal,
+            workspace=workspace,
+            progress=progress,
+            freshness_days=settings.batch.freshness_days,
+            dry_run=args.dry_run,
+        )
+        journal.close()
     progress.finish()
+    if isinstance(outcome, Plan):
+        print_plan(outcome, as_json=args.json)
+        return 0
     if args.json:
         print(json.dumps(summary_json(outcome), ensure_ascii=False, indent=2))
     elif not args.quiet:
         print_summary(outcome, sys.argv)
     return outcome.exit_code
+
+
+def print_plan(plan: Plan, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(dict(plan.lines()) | {"dry_run": True}, ensure_ascii=False, indent=2))
+        return
+    print("Dry run: nothing was sent and nothing was charged.")
+    width = max(len(label) for label, _ in plan.lines())
+    for label, value in plan.lines():
+        shown = f"{value:,}" if isinstance(value, int) else value
+        print(f"  {label:<{width}}  {shown}")
 
 
 def summary_json(outcome: BatchOutcome) -> dict[str, Any]:

@@ -19,13 +19,17 @@ import polars as pl
 
 from pipeline.batch.budget import Budget
 from pipeline.batch.columns import ColumnMap, load_column_config, map_columns
-from pipeline.batch.normalize import normalize
+from pipeline.batch.execute import Executor, now, triage
+from pipeline.batch.fingerprint import request_fingerprints
+from pipeline.batch.journal import Journal
+from pipeline.batch.normalize import normalize, normalize_column
 from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_COLUMNS, RESULT_SCHEMA
 from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
 from pipeline.decisions import COST_SCORING, COST_WITH_REASONING
 from pipeline.engine.schema import REQUEST_SCHEMA
+from pipeline.errors import UsageError
 from pipeline.io.read import read_table_with_info
 from pipeline.io.write import check_output_capacity, write_output
 
@@ -42,6 +46,7 @@ class BatchOptions:
     config: Path | None = None
     reasoning: ReasoningMode = "none"
     budget: int | None = None
+    priority: str | None = None
     encoding: str | None = None
     sheet: str | int | None = None
     csv_bom: bool = True
@@ -53,6 +58,7 @@ class BatchOutcome:
     results: pl.DataFrame
     rejects: pl.DataFrame
     outputs: list[Path] = field(default_factory=list)
+    changes: pl.DataFrame | None = None
 
     @property
     def exit_code(self) -> int:
@@ -102,34 +108,64 @@ def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
     ).drop("key")
 
 
-def _costed(requests: pl.DataFrame, reasoning: bool) -> pl.DataFrame:
+def costed(requests: pl.DataFrame, reasoning: bool, version: str) -> pl.DataFrame:
+    """One pass's requests with their cost and fingerprint (which includes `reasoning`)."""
     cost = COST_WITH_REASONING if reasoning else COST_SCORING
-    return requests.with_columns(reasoning=pl.lit(reasoning), cost=pl.lit(cost, pl.Int64))
+    frame = requests.with_columns(reasoning=pl.lit(reasoning), cost=pl.lit(cost, pl.Int64))
+    return frame.with_columns(request_fingerprints(frame, version))
+
+
+def prioritised(requests: pl.DataFrame, raw: pl.DataFrame, column: str | None) -> pl.DataFrame:
+    """Highest value of `column` first (numbers read as numbers), then file order."""
+    if column is None:
+        return requests
+    if column not in raw.columns:
+        raise UsageError(
+            f"--priority {column!r}: the file has no such column; it has "
+            + ", ".join(repr(c) for c in raw.columns)
+        )
+    values = normalize_column(raw[column], "price")
+    order = pl.DataFrame({"request_id": pl.int_range(1, raw.height + 1, eager=True), "_p": values})
+    return (
+        requests.join(order, on="request_id", how="left", maintain_order="left")
+        .sort("_p", descending=True, nulls_last=True, maintain_order=True)
+        .drop("_p")
+    )
 
 
 def score_requests(
-    unique: pl.DataFrame, scorer: Scorer, budget: Budget, mode: ReasoningMode, progress: Progress
+    unique: pl.DataFrame,
+    executor: Executor,
+    context: RunContext,
+    progress: Progress,
 ) -> pl.DataFrame:
     """Score distinct valid requests; in borderline mode, reasoning for `partial` ones after."""
+    mode = context.options.reasoning
     total = unique.height
 
     def report(stage: str) -> Callable[[int, int], None]:
         return lambda done, spent: progress(stage, done, total, spent)
 
-    results = scorer.score(
-        _costed(unique, mode == "all"), budget=budget, progress=report("scoring")
-    )
+    first = costed(unique, mode == "all", executor.scorer.version)
+    first = prioritised(first, context.raw, context.options.priority)
+    triaged = triage(first, executor.journal, freshness_days=context.freshness_days, now=now())
+    results = executor.run(triaged, report("scoring"), keep_costs=context.resuming)
     if mode != "borderline":
         return results
     partial_ids = results.filter(pl.col("verdict") == "partial").select("request_id")
     if partial_ids.is_empty():
         return results
-    again = _costed(unique.join(partial_ids, on="request_id", how="semi"), True)
-    explained = scorer.score(again, budget=budget, progress=report("reasoning"))
+    again = costed(
+        unique.join(partial_ids, on="request_id", how="semi"), True, executor.scorer.version
+    )
+    again = prioritised(again, context.raw, context.options.priority)
+    triaged = triage(again, executor.journal, freshness_days=context.freshness_days, now=now())
+    explained = executor.run(triaged, report("reasoning"), keep_costs=context.resuming)
     return _merge_reasoning(results, explained)
 
 
 def _merge_reasoning(results: pl.DataFrame, explained: pl.DataFrame) -> pl.DataFrame:
+    """Borderline mode: the reasoning pass's text and cost onto the scoring pass's rows."""
     reasoning_columns = ["reasoning_en", "reasoning_ar", "key_factors", "risk_flags"]
     extra = explained.select(
         "request_id",
@@ -140,20 +176,13 @@ def _merge_reasoning(results: pl.DataFrame, explained: pl.DataFrame) -> pl.DataF
     )
     merged = results.join(extra, on="request_id", how="left", maintain_order="left")
     not_afforded = pl.col("_status") == "skipped"
-    return merged.with_columns(
+    merged = merged.with_columns(
         *(pl.coalesce(f"_{c}", c).alias(c) for c in reasoning_columns),
         decisions_used=pl.col("decisions_used") + pl.col("_used").fill_null(0),
         error_code=pl.when(not_afforded).then(pl.lit("reasoning_skipped")).otherwise("error_code"),
         error_message=pl.when(not_afforded).then("_error").otherwise("error_message"),
-    ).drop(
-        "_reasoning_en",
-        "_reasoning_ar",
-        "_key_factors",
-        "_risk_flags",
-        "_used",
-        "_status",
-        "_error",
     )
+    return merged.drop(*(f"_{c}" for c in reasoning_columns), "_used", "_status", "_error")
 
 
 def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
@@ -210,13 +239,113 @@ def exit_code_for(status_counts: dict[str, int]) -> int:
     return EXIT_OK
 
 
+@dataclass(frozen=True)
+class RunContext:
+    options: BatchOptions
+    raw: pl.DataFrame
+    freshness_days: float
+    resuming: bool  # the same input as an unfinished run: keep that run's costs in the output
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run would do, before it spends anything (--dry-run prints it)."""
+
+    rows_total: int
+    rejected: int
+    duplicates: int
+    already_scored: int
+    in_doubt: int
+    to_send: int
+    scoring_decisions: int
+    reasoning_decisions: int
+    borderline_worst_case: int | None
+    balance: int | None
+    budget: int | None
+
+    @property
+    def decisions_needed(self) -> int:
+        return self.scoring_decisions + self.reasoning_decisions
+
+    def lines(self) -> list[tuple[str, object]]:
+        rows: list[tuple[str, object]] = [
+            ("Rows", self.rows_total),
+            ("Rejected (never sent, never charged)", self.rejected),
+            ("Duplicates (scored once)", self.duplicates),
+            ("Already scored (from the journal)", self.already_scored),
+            ("In doubt (resent under the same keys, not charged again)", self.in_doubt),
+            ("To be sent", self.to_send),
+            ("Decisions for scoring", self.scoring_decisions),
+            ("Decisions for reasoning", self.reasoning_decisions),
+        ]
+        if self.borderline_worst_case is not None:
+            rows.append(("Worst case with borderline reasoning", self.borderline_worst_case))
+        rows += [
+            ("Decisions needed", self.decisions_needed),
+            ("Budget", "none" if self.budget is None else self.budget),
+            ("Balance", "unknown" if self.balance is None else self.balance),
+        ]
+        return rows
+
+
+def make_plan(
+    unique: pl.DataFrame, prepared: Prepared, keyed: pl.DataFrame, scorer: Scorer,
+    journal: Journal | None, options: BatchOptions, freshness_days: float,
+) -> Plan:  # fmt: skip
+    mode = options.reasoning
+    first = triage(
+        costed(unique, mode == "all", scorer.version), journal,
+        freshness_days=freshness_days, now=now(),
+    )  # fmt: skip
+    to_send = first.new.height + first.in_doubt.height
+    new_cost = int(first.new["cost"].sum() or 0)
+    worst = None
+    if mode == "borderline":
+        worst_reasoning = triage(
+            costed(unique, True, scorer.version), journal, freshness_days=freshness_days, now=now()
+        )
+        worst = new_cost + int(worst_reasoning.new["cost"].sum() or 0)
+    return Plan(
+        rows_total=prepared.raw.height,
+        rejected=int(prepared.problems["error_field"].is_not_null().sum()),
+        duplicates=keyed.height - unique.height,
+        already_scored=first.reuse.height,
+        in_doubt=first.in_doubt.height,
+        to_send=to_send,
+        scoring_decisions=first.new.height if mode != "all" else 0,
+        reasoning_decisions=new_cost if mode == "all" else 0,
+        borderline_worst_case=worst,
+        balance=scorer.balance(),
+        budget=options.budget,
+    )
+
+
+def changed_verdicts(results: pl.DataFrame, journal: Journal | None) -> pl.DataFrame | None:
+    """Rows whose verdict differs from the last run's verdict of the same row."""
+    if journal is None:
+        return None
+    previous = journal.previous_verdicts()
+    if previous.is_empty():
+        return None
+    now_verdicts = results.select("row_number", new_verdict="verdict")
+    changed = previous.join(now_verdicts, on="row_number", how="inner").filter(
+        pl.col("old_verdict").is_not_null()
+        & pl.col("new_verdict").is_not_null()
+        & (pl.col("old_verdict") != pl.col("new_verdict"))
+    )
+    return changed.sort("row_number")
+
+
 def run_batch(
     options: BatchOptions,
     scorer: Scorer,
     *,
+    journal: Journal | None = None,
     workspace: str | None = None,
     progress: Progress | None = None,
-) -> BatchOutcome:
+    freshness_days: float = 30.0,
+    dry_run: bool = False,
+) -> BatchOutcome | Plan:
     started, clock = datetime.now(UTC), time.perf_counter()
     progress = progress or (lambda *_: None)
     for output in options.outputs:
@@ -229,35 +358,62 @@ def run_batch(
     valid = prepared.requests.filter(pl.lit(prepared.problems["error_field"].is_null()))
     keyed = distinct_requests(valid)
     unique = keyed.filter(pl.col("first")).drop("first", "row_number")
+    if dry_run:
+        return make_plan(unique, prepared, keyed, scorer, journal, options, freshness_days)
+
+    fingerprint = file_fingerprint(options.input)
+    notes: list[tuple[str, str | int]] = []
+    resuming = False
+    if journal is not None:
+        unfinished = journal.open_run()
+        resuming = unfinished == fingerprint
+        if unfinished is not None and not resuming:
+            notes.append(("Input changed since the unfinished run", "unchanged rows reused"))
+        journal.start_run(fingerprint)
     balance_before = scorer.balance()
     budget = Budget(options.budget)
-    scored = score_requests(unique, scorer, budget, options.reasoning, progress)
-    results = assemble(prepared, keyed, scored)
+    executor = Executor(scorer, journal, budget)
+    context = RunContext(options, prepared.raw, freshness_days, resuming)
+    scored = score_requests(unique, executor, context, progress)
+    results = assemble(prepared, keyed, scored.drop("fingerprint"))
     rejects = rejects_table(prepared)
+    changes = changed_verdicts(results, journal)
 
     statuses = _counts(results, "status", ("scored", "rejected", "skipped", "failed"))
+    exit_code = exit_code_for(statuses)
+    balance_after = scorer.balance()
     summary = RunSummary(
         input_path=str(options.input),
-        input_fingerprint=file_fingerprint(options.input),
+        input_fingerprint=fingerprint,
         rows_total=results.height,
         counts_by_status=statuses,
         counts_by_verdict=_counts(results, "verdict", ("match", "partial", "no_match")),
-        decisions_spent=int(results["decisions_used"].sum() or 0),
+        decisions_spent=budget.spent,
         balance_before=balance_before,
-        balance_after=scorer.balance(),
+        balance_after=balance_after,
         started_at=started,
         duration_s=time.perf_counter() - clock,
         workspace=workspace,
-        exit_code=exit_code_for(statuses),
+        exit_code=exit_code,
         notes=[
             ("Reasoning", options.reasoning),
             ("Budget", "none" if options.budget is None else options.budget),
             ("Duplicate rows (scored once)", int(keyed.height - unique.height)),
+            ("Reused from the journal (0 decisions)", executor.reused),
+            ("Verdicts changed since last run", 0 if changes is None else changes.height),
             ("Scorer", scorer.name),
+            *notes,
         ],
     )
     for output in options.outputs:
         progress(f"writing {output.name}", 0, results.height, budget.spent)
-        write_output(output, results, rejects=rejects, summary=summary, csv_bom=options.csv_bom)
+        write_output(
+            output, results, rejects=rejects, summary=summary, changes=changes,
+            csv_bom=options.csv_bom,
+        )  # fmt: skip
+    if journal is not None:
+        journal.save_verdicts(results)
+        if exit_code == EXIT_OK:
+            journal.finish_run()
     summary = replace(summary, duration_s=time.perf_counter() - clock)
-    return BatchOutcome(summary, results, rejects, list(options.outputs))
+    return BatchOutcome(summary, results, rejects, list(options.outputs), changes)

@@ -1,10 +1,13 @@
 """What scores a batch: the embedded engine now, a remote decision service later.
 
-A scorer takes a frame of valid, distinct requests (the request columns of
-`pipeline.engine.schema.REQUEST_SCHEMA` plus `request_id` and `cost`) and returns one row per
-request with `request_id`, `status` and the result columns it could fill. It spends decisions
-only through the `Budget` it is given, and stops sending once the budget or the balance is out:
-the rows it did not send come back `skipped` with the reason.
+A scorer takes a frame of valid, distinct requests: the request columns of
+`pipeline.engine.schema.REQUEST_SCHEMA` plus `request_id` (Int64), `cost` (1 or 3),
+`fingerprint`, `idempotency_key` (per request, kept by the journal across runs) and `batch_key`
+(the group the journal marked sent together; a scorer that charges per group uses it as the
+group's idempotency key). It returns one row per request in OUTPUT_SCHEMA: `request_id`,
+`status` and the result columns it could fill. It spends decisions only through the `Budget`
+it is given, and stops sending once the budget or the balance is out: the rows it did not send
+come back `skipped` with the reason.
 """
 
 from __future__ import annotations
@@ -15,15 +18,49 @@ from typing import Protocol
 import polars as pl
 
 from pipeline.batch.budget import Budget
+from pipeline.batch.result_columns import RESULT_SCHEMA
 
 ProgressCallback = Callable[[int, int], None]  # (requests done so far, decisions spent so far)
 
 SKIPPED_BUDGET = "budget_exhausted"
 SKIPPED_BALANCE = "insufficient_decisions"
+LIST_SEPARATOR = "; "  # joins key_factors and risk_flags in flat files
+
+OUTPUT_SCHEMA: dict[str, pl.DataType] = {
+    "request_id": pl.Int64(),
+    **{k: v for k, v in RESULT_SCHEMA.items() if k != "row_number"},
+}
+
+
+def skipped_rows(rows: pl.DataFrame, code: str, reason: str) -> pl.DataFrame:
+    """OUTPUT_SCHEMA rows for requests not sent: status skipped, the reason and the cost."""
+    message = pl.format(
+        "not scored: {}; this row needs {} decision(s); top up or raise --budget, then run "
+        "the same command again",
+        pl.lit(reason),
+        pl.col("cost"),
+    )
+    values = {
+        "request_id": pl.col("request_id"),
+        "status": pl.lit("skipped"),
+        "decisions_used": pl.lit(0),
+        "error_code": pl.lit(code),
+        "error_message": message,
+    }
+    return rows.select(
+        values.get(name, pl.lit(None)).cast(dtype).alias(name)
+        for name, dtype in OUTPUT_SCHEMA.items()
+    )
 
 
 class Scorer(Protocol):
     name: str
+    chunk_rows: int  # how many requests the run hands over (and marks sent) at a time
+
+    @property
+    def version(self) -> str:
+        """What answers depend on (formulas and benchmarks, or the service): in fingerprints."""
+        ...
 
     def balance(self) -> int | None:
         """The balance now, when the scorer can know it."""

@@ -1,0 +1,207 @@
+"""Scoring distinct requests through the journal: reuse, resend in doubt, budget, stop.
+
+For each distinct valid request of the file (one pass of `--reasoning`):
+
+- done in the journal and fresh enough: its stored answer is reused, nothing is sent;
+- sent (or failed) in an earlier run with no answer recorded: sent again in the same batch
+  under the same keys, so the ledger or the service replays the first charge;
+- otherwise planned with a new idempotency key and sent in batches, each batch trimmed first
+  to what the budget and the known balance can pay, and marked sent before it leaves.
+
+Once a batch comes back short of budget or balance, nothing more is sent: the remaining rows
+end `skipped` with the reason and the decisions they still need.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import accumulate
+
+import polars as pl
+
+from pipeline.batch.budget import Budget
+from pipeline.batch.journal import Journal
+from pipeline.batch.scorers.base import (
+    OUTPUT_SCHEMA,
+    SKIPPED_BALANCE,
+    SKIPPED_BUDGET,
+    Scorer,
+    skipped_rows,
+)
+
+StageProgress = Callable[[int, int], None]  # (requests handled, decisions spent)
+
+SECONDS_PER_DAY = 86_400
+
+
+@dataclass(frozen=True)
+class Triage:
+    """The requests of one pass, sorted by what the journal knows of them."""
+
+    reuse: pl.DataFrame  # done and fresh: answer from the journal
+    in_doubt: pl.DataFrame  # sent or failed before, no answer: resend under the same keys
+    new: pl.DataFrame  # never sent (or stale): new keys
+
+
+def triage(
+    requests: pl.DataFrame, journal: Journal | None, *, freshness_days: float, now: float
+) -> Triage:
+    """Split `requests` (request columns + request_id, cost, fingerprint) by journal state."""
+    if journal is None:
+        empty = requests.clear()
+        return Triage(empty, empty, requests.with_columns(_no_state()))
+    states = journal.states(requests["fingerprint"])
+    joined = requests.join(states, on="fingerprint", how="left", maintain_order="left")
+    fresh_after = now - freshness_days * SECONDS_PER_DAY
+    done = (pl.col("state") == "done") & (pl.col("scored_at") >= fresh_after)
+    doubt = pl.col("state").is_in(["sent", "failed"])
+    return Triage(
+        reuse=joined.filter(done),
+        in_doubt=joined.filter(doubt & ~done),
+        new=joined.filter(~done.fill_null(False) & ~doubt.fill_null(False)),
+    )
+
+
+def _no_state() -> list[pl.Expr]:
+    return [
+        pl.lit(None, pl.String).alias(c)
+        for c in ("idempotency_key", "state", "batch_key", "result_file")
+    ] + [pl.lit(None, pl.Float64).alias("scored_at")]
+
+
+def _new_keys(new: pl.DataFrame, journal_id: str) -> pl.DataFrame:
+    """Keys for requests never sent, or whose stored answer went stale (a new charge)."""
+    stamp = uuid.uuid4().hex[:8]
+    fresh_key = pl.format(
+        "pd-{}-{}-{}",
+        pl.lit(journal_id[:12]),
+        pl.col("fingerprint").str.slice(0, 24),
+        pl.lit(stamp),
+    )
+    keep = pl.col("state") == "planned"
+    return new.with_columns(
+        idempotency_key=pl.when(keep).then(pl.col("idempotency_key")).otherwise(fresh_key)
+    )
+
+
+def _affordable(costs: list[int], available: int | None) -> int:
+    if available is None:
+        return len(costs)
+    return sum(1 for total in accumulate(costs) if total <= available)
+
+
+@dataclass
+class Executor:
+    scorer: Scorer
+    journal: Journal | None
+    budget: Budget
+    reserve: int = 0
+    reused: int = 0  # requests answered from the journal, over every pass
+
+    def run(self, triaged: Triage, progress: StageProgress, *, keep_costs: bool) -> pl.DataFrame:
+        """OUTPUT_SCHEMA rows for every request of `triaged`, plus `fingerprint`."""
+        parts = [self._reused(triaged.reuse, keep_costs)]
+        self.reused += triaged.reuse.height
+        handled = triaged.reuse.height
+        stop: tuple[str, str] | None = None
+        for group in self._doubt_groups(triaged.in_doubt):
+            answers = self._send(group)
+            parts.append(answers)
+            handled += group.height
+            progress(handled, self.budget.spent)
+            stop = stop or _stop_reason(answers)
+        new = triaged.new
+        if self.journal is not None and not new.is_empty():
+            new = _new_keys(new, self.journal.journal_id)
+            self.journal.plan(new)
+        elif "idempotency_key" not in new.columns or new["idempotency_key"].null_count():
+            new = _new_keys(new, uuid.uuid4().hex)
+        while not new.is_empty():
+            if stop is not None:
+                parts.append(_with_fingerprint(skipped_rows(new, *stop), new))
+                break
+            group, stop = self._next_batch(new)
+            if group.is_empty():
+                continue
+            new = new.slice(group.height)
+            answers = self._send(group)
+            parts.append(answers)
+            handled += group.height
+            progress(handled, self.budget.spent)
+            stop = stop or _stop_reason(answers)
+        return pl.concat([p for p in parts if not p.is_empty()] or [_empty()], how="vertical")
+
+    def _next_batch(self, new: pl.DataFrame) -> tuple[pl.DataFrame, tuple[str, str] | None]:
+        batch = new.head(self.scorer.chunk_rows)
+        costs = batch["cost"].to_list()
+        by_budget = _affordable(costs, self.budget.remaining)
+        balance = self.scorer.balance()
+        available = None if balance is None else max(balance - self.reserve, 0)
+        by_balance = _affordable(costs, available)
+        rows = min(by_budget, by_balance)
+        if rows == len(costs):
+            return batch, None
+        if by_budget <= by_balance:
+            reason = (SKIPPED_BUDGET, "the run's --budget is spent")
+        else:
+            reason = (SKIPPED_BALANCE, f"the workspace balance ({balance}) is spent")
+        return batch.head(rows), reason
+
+    def _doubt_groups(self, in_doubt: pl.DataFrame) -> list[pl.DataFrame]:
+        if in_doubt.is_empty():
+            return []
+        keyed = in_doubt.with_columns(
+            batch_key=pl.coalesce("batch_key", pl.format("retry-{}", pl.col("idempotency_key")))
+        )
+        return [group for _, group in keyed.group_by("batch_key", maintain_order=True)]
+
+    def _send(self, group: pl.DataFrame) -> pl.DataFrame:
+        if "batch_key" not in group.columns or group["batch_key"].null_count() == group.height:
+            group = group.with_columns(batch_key=pl.lit(f"batch-{uuid.uuid4().hex}"))
+        if self.journal is not None:
+            self.journal.mark_sent(group["fingerprint"].to_list(), group["batch_key"][0])
+        answers = _with_fingerprint(self.scorer.score(group, budget=self.budget), group)
+        if self.journal is not None:
+            self.journal.record(answers)
+        return answers
+
+    def _reused(self, reuse: pl.DataFrame, keep_costs: bool) -> pl.DataFrame:
+        if reuse.is_empty() or self.journal is None:
+            return _empty()
+        stored = self.journal.results(reuse.select("fingerprint", "result_file"))
+        ids = reuse.select("fingerprint", "request_id")
+        answers = ids.join(stored.drop("request_id", strict=False), on="fingerprint", how="left")
+        if not keep_costs:
+            answers = answers.with_columns(decisions_used=pl.lit(0, pl.Int64))
+        return answers.select(*OUTPUT_SCHEMA, "fingerprint")
+
+
+def _with_fingerprint(answers: pl.DataFrame, group: pl.DataFrame) -> pl.DataFrame:
+    return answers.join(
+        group.select("request_id", "fingerprint"),
+        on="request_id",
+        how="left",
+        maintain_order="left",
+    )
+
+
+def _stop_reason(answers: pl.DataFrame) -> tuple[str, str] | None:
+    skipped = answers.filter(pl.col("status") == "skipped")
+    if skipped.is_empty():
+        return None
+    code = skipped["error_code"][0]
+    return code, {
+        SKIPPED_BUDGET: "the run's --budget is spent",
+        SKIPPED_BALANCE: "the workspace balance is spent",
+    }.get(code, "sending stopped")
+
+
+def _empty() -> pl.DataFrame:
+    return pl.DataFrame(schema={**OUTPUT_SCHEMA, "fingerprint": pl.String()})
+
+
+def now() -> float:
+    return time.time()
