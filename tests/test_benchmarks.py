@@ -53,7 +53,7 @@ def test_malqa_gets_its_district_benchmark(table: BenchmarkTable) -> None:
         assert row["benchmark_year"] == 2024
         assert row["benchmark_transaction_count"] >= MIN_TRANSACTIONS
         assert row["benchmark_yoy_pct"] is not None
-    assert out["market_avg_level"].to_list() == ["city", None]
+    assert out["market_avg_level"].to_list() == ["district", None]  # no type: no average
 
 
 def test_unknown_district_falls_back_to_city(table: BenchmarkTable) -> None:
@@ -148,7 +148,7 @@ def test_market_averages_cover_every_type_nationally(table: BenchmarkTable) -> N
     )
     assert national["city_key"].null_count() == national.height
     assert market["avg_sqm"].min() > 0
-    assert market.select("city_key", "type").is_unique().all()
+    assert market.select("city_key", "district_key", "type").is_unique().all()
 
 
 def test_alias_targets_exist_in_the_table(table: BenchmarkTable) -> None:

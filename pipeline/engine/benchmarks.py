@@ -2,21 +2,26 @@
 
 `benchmarks.csv`, `market_averages.csv` and `type_factors.csv` are built by
 `benchmarks_build` from official MOJ / REGA files (see `sample_data/BENCHMARKS.md`). A row
-finds its benchmark by district first, then by city; its market average by (city, type), then
-nationally by type; its type factor (how the row's type prices against the benchmark area's
-mix of all types) by the benchmark's district, then its city, then nationally.
+finds its benchmark by district first, then by city; its market average (mean price per m2 of
+its type) and its type factor (how the row's type prices against the benchmark area's mix of
+all types) by the benchmark's district, then its city, then nationally. The district figures
+apply only on a district benchmark: a row on its city's benchmark takes the city's.
+
+Everything that depends on the tables alone (their lookup frames) is built once per
+`BenchmarkTable`; a call resolves the input's names and joins, so one row costs about a
+millisecond.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.engine.aliases import city_key_expr, district_key_expr
+from pipeline.engine.aliases import city_key, city_key_expr, district_key, district_key_expr
 
 DEFAULT_DIR = Path(__file__).parents[2] / "sample_data"
 
@@ -35,6 +40,7 @@ BENCHMARK_SCHEMA: dict[str, pl.DataType] = {
 }
 MARKET_SCHEMA: dict[str, pl.DataType] = {
     "city_key": pl.String(),
+    "district_key": pl.String(),  # empty on city and national rows
     "type": pl.String(),
     "avg_sqm": pl.Float64(),
     "deed_count": pl.Int64(),
@@ -63,7 +69,7 @@ ATTACHED_SCHEMA: dict[str, pl.DataType] = {
     "benchmark_transaction_count": pl.Int64(),
     "benchmark_yoy_pct": pl.Float64(),
     "market_avg_sqm": pl.Float64(),
-    "market_avg_level": pl.String(),
+    "market_avg_level": pl.String(),  # district | city | national
     # Official Arabic names of the matched benchmark row (district null on a city benchmark).
     "benchmark_city_ar": pl.String(),
     "benchmark_district_ar": pl.String(),
@@ -78,6 +84,179 @@ _FIGURES = ("median_sqm", "p25_sqm", "p75_sqm", "year", "transaction_count", "yo
 _INPUTS = ("city", "district", "type")
 # Working names of the inputs, so they cannot clash with columns the lookup creates.
 _TEMP = {"_city": "city", "_district": "district", "_type_in": "type"}
+# Inputs up to this many rows (or distinct city, district, type) are resolved in Python, with
+# `city_key` / `district_key` (microseconds a name) and dict look-ups; larger inputs by polars
+# expressions and joins, whose fixed cost (a few ms) pays off there. Both read the same
+# resolved table, and the name functions match their expressions (tests/test_names.py).
+_PYTHON_MAX = 256
+# The whitespace polars' strip_chars removes (Unicode White_Space), for the Python path.
+_WHITESPACE = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+# Match keys: the benchmark place and type a row resolves to (null where it has none).
+_MATCH = ("_m_city", "_m_district", "_m_type")
+# Attached columns that depend on the match keys only (all but the row's own keys).
+_RESOLVED = tuple(c for c in ATTACHED_SCHEMA if c not in ("city_key", "district_key"))
+
+
+@dataclass(frozen=True)
+class _Lookups:
+    """Everything `attach_benchmarks` needs from the tables, built once per BenchmarkTable.
+
+    `resolved` holds the attached columns for every benchmark place (each district row, each
+    city with a benchmark or a market average, and no place at all) times every type in the
+    tables (and no type): one join, or one dict look-up, per input row.
+    """
+
+    city_keys: frozenset[str]
+    district_keys: frozenset[tuple[str, str]]
+    types: frozenset[str]
+    resolved: pl.DataFrame  # _MATCH + _RESOLVED, unique on _MATCH
+    resolved_rows: dict[tuple[str | None, str | None, str | None], tuple]
+    district_match: pl.DataFrame  # city_key, district_key, _m_district
+
+
+def _output_exprs() -> list[pl.Expr]:
+    """The attached columns from the joined lookup columns (see `_build_lookups`)."""
+    has_district = pl.col("d_year").is_not_null()
+    has_city = pl.col("c_year").is_not_null()
+    # District figures describe the district: they apply only on its own benchmark (a row on
+    # its city's benchmark takes the city's), like the type factor, which describes the
+    # benchmark's mix.
+    use_district_market = has_district & pl.col("m_district").is_not_null()
+    use_district_factor = has_district & pl.col("f_district").is_not_null()
+    use_city_factor = has_city & pl.col("f_city").is_not_null()
+    use_national_factor = has_city & pl.col("f_national").is_not_null()
+    figures = [
+        pl.when(has_district)
+        .then(pl.col(f"d_{c}"))
+        .otherwise(pl.col(f"c_{c}"))
+        .alias(f"benchmark_{c}")
+        for c in _FIGURES
+    ]
+    return [
+        pl.when(has_district)
+        .then(pl.lit("district"))
+        .when(has_city)
+        .then(pl.lit("city"))
+        .alias("benchmark_level"),
+        *figures,
+        pl.when(use_district_market)
+        .then(pl.col("m_district"))
+        .otherwise(pl.coalesce("m_city", "m_national"))
+        .alias("market_avg_sqm"),
+        pl.when(use_district_market)
+        .then(pl.lit("district"))
+        .when(pl.col("m_city").is_not_null())
+        .then(pl.lit("city"))
+        .when(pl.col("m_national").is_not_null())
+        .then(pl.lit("national"))
+        .alias("market_avg_level"),
+        pl.when(has_city).then(pl.col("c_city_ar")).alias("benchmark_city_ar"),
+        pl.when(has_district).then(pl.col("d_district_ar")).alias("benchmark_district_ar"),
+        pl.when(use_district_factor)
+        .then(pl.col("f_district"))
+        .when(use_city_factor)
+        .then(pl.col("f_city"))
+        .when(use_national_factor)
+        .then(pl.col("f_national"))
+        .when(has_city)
+        .then(pl.lit(NEUTRAL_TYPE_FACTOR))
+        .alias("type_factor"),
+        pl.when(use_district_factor)
+        .then(pl.lit("district"))
+        .when(use_city_factor)
+        .then(pl.lit("city"))
+        .when(use_national_factor)
+        .then(pl.lit("national"))
+        .alias("type_factor_level"),
+    ]
+
+
+def _build_lookups(bench: pl.DataFrame, market: pl.DataFrame, factors: pl.DataFrame) -> _Lookups:
+    if "district_key" not in market.columns:  # a table built before district averages
+        market = market.with_columns(district_key=pl.lit(None, pl.String))
+
+    def level(frame: pl.DataFrame, name: str, keys: list[str]) -> pl.DataFrame:
+        # One row per key: a duplicated key would multiply the caller's rows.
+        rows = frame.filter(pl.col("level") == name)
+        return rows.unique(keys, keep="first", maintain_order=True) if keys else rows
+
+    def by_type(keys: list[str], name: str, suffix: str) -> pl.DataFrame:
+        on = [*keys, "_type"]
+        averages = level(market.rename({"type": "_type"}), name, on).select(
+            *on, **{f"m_{suffix}": pl.col("avg_sqm")}
+        )
+        factor = level(factors.rename({"type": "_type"}), name, on).select(
+            *on, **{f"f_{suffix}": pl.col("factor")}
+        )
+        return averages.join(factor, on=on, how="full", coalesce=True)
+
+    districts = level(bench, "district", ["city_key", "district_key"]).select(
+        "city_key",
+        "district_key",
+        *[pl.col(c).alias(f"d_{c}") for c in _FIGURES],
+        d_district_ar="district_ar",
+    )
+    cities = level(bench, "city", ["city_key"]).select(
+        "city_key", *[pl.col(c).alias(f"c_{c}") for c in _FIGURES], c_city_ar="city_ar"
+    )
+    district_types = by_type(["city_key", "district_key"], "district", "district")
+    city_types = by_type(["city_key"], "city", "city")
+    national_types = by_type([], "national", "national")
+
+    district_keys = districts.select("city_key", "district_key").drop_nulls()
+    city_keys = (
+        pl.concat([cities["city_key"], city_types["city_key"], district_keys["city_key"]])
+        .drop_nulls()
+        .unique()
+        .sort()
+    )
+    types = (
+        pl.concat([district_types["_type"], city_types["_type"], national_types["_type"]])
+        .drop_nulls()
+        .unique()
+        .sort()
+    )
+    places = pl.concat(
+        [
+            district_keys,
+            pl.DataFrame({"city_key": city_keys}).with_columns(
+                district_key=pl.lit(None, pl.String)
+            ),
+            pl.DataFrame(
+                {"city_key": [None], "district_key": [None]},
+                schema=dict.fromkeys(["city_key", "district_key"], pl.String),
+            ),
+        ]
+    )
+    grid = places.join(
+        pl.DataFrame({"_type": types.extend(pl.Series([None], dtype=pl.String))}), how="cross"
+    )
+    resolved = (
+        grid.join(districts, on=["city_key", "district_key"], how="left")
+        .join(cities, on="city_key", how="left")
+        .join(district_types, on=["city_key", "district_key", "_type"], how="left")
+        .join(city_types, on=["city_key", "_type"], how="left")
+        .join(national_types, on="_type", how="left")
+        .select(
+            pl.col("city_key").alias("_m_city"),
+            pl.col("district_key").alias("_m_district"),
+            pl.col("_type").alias("_m_type"),
+            *_output_exprs(),
+        )
+        .select(*_MATCH, *(pl.col(c).cast(ATTACHED_SCHEMA[c]) for c in _RESOLVED))
+    )
+    rows = resolved.rows()
+    return _Lookups(
+        city_keys=frozenset(city_keys.to_list()),
+        district_keys=frozenset(district_keys.iter_rows()),
+        types=frozenset(types.to_list()),
+        resolved=resolved,
+        resolved_rows={row[:3]: row[3:] for row in rows},
+        district_match=district_keys.with_columns(_m_district=pl.col("district_key")),
+    )
 
 
 @dataclass(frozen=True)
@@ -105,12 +284,26 @@ class BenchmarkTable:
         factors_path = Path(type_factors_path or benchmarks_path.with_name("type_factors.csv"))
         parts = [p.read_bytes() for p in (benchmarks_path, market_path, factors_path)]
         digest = hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
-        return cls(
+        market = pl.read_csv(
+            parts[1], schema_overrides=MARKET_SCHEMA, infer_schema=False
+        )  # an older file may lack district_key
+        market = market.select(
+            (pl.col(c) if c in market.columns else pl.lit(None)).cast(dtype).alias(c)
+            for c, dtype in MARKET_SCHEMA.items()
+        )
+        table = cls(
             benchmarks=pl.read_csv(parts[0], schema=BENCHMARK_SCHEMA),
-            market_averages=pl.read_csv(parts[1], schema=MARKET_SCHEMA),
+            market_averages=market,
             version=digest,
             type_factors=pl.read_csv(parts[2], schema=TYPE_FACTOR_SCHEMA),
         )
+        table.lookups  # noqa: B018 -- built here, so the first request does not pay for it
+        return table
+
+    @cached_property
+    def lookups(self) -> _Lookups:
+        """The tables reshaped for `attach_benchmarks`, built on first use and kept."""
+        return _build_lookups(self.benchmarks, self.market_averages, self.type_factors)
 
     @classmethod
     def default(cls) -> BenchmarkTable:
@@ -137,88 +330,49 @@ def _default_table() -> BenchmarkTable:
     )
 
 
-def _lookup(keys: pl.DataFrame, table: BenchmarkTable) -> pl.DataFrame:
-    """Attached columns for each distinct (city, district, type) of the input."""
-    keys = keys.with_columns(city_key=city_key_expr(pl.col("_city"))).with_columns(
-        district_key=district_key_expr(pl.col("_district"), pl.col("city_key"))
+@cache
+def _key_exprs() -> tuple[pl.Expr, pl.Expr]:
+    """city_key and district_key over the working columns (aliases load once per process)."""
+    return (
+        city_key_expr(pl.col("_city")),
+        district_key_expr(pl.col("_district"), pl.col("city_key")),
     )
-    bench = table.benchmarks
-    districts = bench.filter(pl.col("level") == "district").select(
-        "city_key",
-        "district_key",
-        *[pl.col(c).alias(f"d_{c}") for c in _FIGURES],
-        d_district_ar="district_ar",
-    )
-    cities = bench.filter(pl.col("level") == "city").select(
-        "city_key", *[pl.col(c).alias(f"c_{c}") for c in _FIGURES], c_city_ar="city_ar"
-    )
-    market = table.market_averages
-    city_market = market.filter(pl.col("level") == "city").select(
-        "city_key", _type="type", m_city=pl.col("avg_sqm")
-    )
-    national = market.filter(pl.col("level") == "national").select(
-        _type="type", m_national=pl.col("avg_sqm")
-    )
-    factors = table.type_factors
-    district_factor = factors.filter(pl.col("level") == "district").select(
-        "city_key", "district_key", _type="type", f_district="factor"
-    )
-    city_factor = factors.filter(pl.col("level") == "city").select(
-        "city_key", _type="type", f_city="factor"
-    )
-    national_factor = factors.filter(pl.col("level") == "national").select(
-        _type="type", f_national="factor"
-    )
-    keys = (
-        keys.with_columns(_type=pl.col("_type_in").str.strip_chars().str.to_lowercase())
-        .join(districts, on=["city_key", "district_key"], how="left")
-        .join(cities, on="city_key", how="left")
-        .join(city_market, on=["city_key", "_type"], how="left")
-        .join(national, on="_type", how="left")
-        .join(district_factor, on=["city_key", "district_key", "_type"], how="left")
-        .join(city_factor, on=["city_key", "_type"], how="left")
-        .join(national_factor, on="_type", how="left")
-    )
-    has_district = pl.col("d_year").is_not_null()
-    has_city = pl.col("c_year").is_not_null()
-    # The factor describes the benchmark's area: a district factor only on a district benchmark.
-    use_district_factor = has_district & pl.col("f_district").is_not_null()
-    use_city_factor = has_city & pl.col("f_city").is_not_null()
-    use_national_factor = has_city & pl.col("f_national").is_not_null()
-    figures = {
-        f"benchmark_{c}": pl.when(has_district).then(pl.col(f"d_{c}")).otherwise(pl.col(f"c_{c}"))
-        for c in _FIGURES
-    }
-    return keys.select(
-        pl.col("^_.*$"),
-        "city_key",
-        "district_key",
-        benchmark_level=pl.when(has_district)
-        .then(pl.lit("district"))
-        .when(has_city)
-        .then(pl.lit("city")),
-        **figures,
-        market_avg_sqm=pl.coalesce("m_city", "m_national"),
-        market_avg_level=pl.when(pl.col("m_city").is_not_null())
-        .then(pl.lit("city"))
-        .when(pl.col("m_national").is_not_null())
-        .then(pl.lit("national")),
-        benchmark_city_ar=pl.when(has_city).then(pl.col("c_city_ar")),
-        benchmark_district_ar=pl.when(has_district).then(pl.col("d_district_ar")),
-        type_factor=pl.when(use_district_factor)
-        .then(pl.col("f_district"))
-        .when(use_city_factor)
-        .then(pl.col("f_city"))
-        .when(use_national_factor)
-        .then(pl.col("f_national"))
-        .when(has_city)
-        .then(pl.lit(NEUTRAL_TYPE_FACTOR)),
-        type_factor_level=pl.when(use_district_factor)
-        .then(pl.lit("district"))
-        .when(use_city_factor)
-        .then(pl.lit("city"))
-        .when(use_national_factor)
-        .then(pl.lit("national")),
+
+
+def _resolve_in_python(cities: list, districts: list, types: list, found: _Lookups) -> pl.DataFrame:
+    """The attached columns (ATTACHED_SCHEMA) for each (city, district, type), in Python."""
+    empty = (None,) * len(_RESOLVED)
+    rows = []
+    for city, district, type_ in zip(cities, districts, types, strict=True):
+        ckey = city_key(city)
+        dkey = district_key(district, ckey)
+        kind = None if type_ is None else type_.strip(_WHITESPACE).lower()
+        match = (
+            ckey if ckey in found.city_keys else None,
+            dkey if (ckey, dkey) in found.district_keys else None,
+            kind if kind in found.types else None,
+        )
+        if match[1] is not None:
+            match = (ckey, *match[1:])
+        rows.append((ckey, dkey, *found.resolved_rows.get(match, empty)))
+    return pl.DataFrame(rows, schema=ATTACHED_SCHEMA, orient="row")
+
+
+def _resolve_in_polars(keys: pl.DataFrame, found: _Lookups) -> pl.DataFrame:
+    """`keys` (_city, _district, _type_in, ...) with the attached columns, by expressions."""
+    city, district = _key_exprs()
+    keys = keys.with_columns(city_key=city).with_columns(district_key=district)
+    kind = pl.col("_type_in").str.strip_chars().str.to_lowercase()
+    return (
+        keys.join(found.district_match, on=["city_key", "district_key"], how="left")
+        .with_columns(
+            _m_city=pl.when(
+                pl.col("city_key").is_in(list(found.city_keys))
+                | pl.col("_m_district").is_not_null()
+            ).then(pl.col("city_key")),
+            _m_type=pl.when(kind.is_in(list(found.types))).then(kind),
+        )
+        .join(found.resolved, on=list(_MATCH), how="left", nulls_equal=True)
     )
 
 
@@ -227,19 +381,28 @@ def attach_benchmarks(frame: pl.DataFrame, table: BenchmarkTable) -> pl.DataFram
 
     Reads `city`, `district` and `type` (user text; a missing column counts as all null).
     Names are resolved once per distinct (city, district, type) and joined back on integer
-    codes (categorical ids), which keeps a million rows well under a second.
+    codes (categorical ids), which keeps a million rows well under a second; a small frame
+    is resolved row by row in Python, which keeps one row around a millisecond.
     """
+    found = table.lookups
     texts = frame.select(
         (pl.col(src) if src in frame.columns else pl.lit(None)).cast(pl.String).alias(name)
         for name, src in _TEMP.items()
     )
-    codes = texts.select(
-        pl.col(name).cast(pl.Categorical).to_physical().alias(f"{name}_code") for name in _TEMP
-    )
-    code_columns = codes.columns
-    distinct = pl.concat([codes, texts], how="horizontal").unique(subset=code_columns)
-    found = _lookup(distinct, table).drop(list(_TEMP))
-    attached = codes.join(
-        found, on=code_columns, how="left", nulls_equal=True, maintain_order="left"
-    ).select(pl.col(name).cast(dtype) for name, dtype in ATTACHED_SCHEMA.items())
+    if texts.height <= _PYTHON_MAX:
+        attached = _resolve_in_python(*(texts[c].to_list() for c in _TEMP), found)
+    else:
+        codes = texts.select(
+            pl.col(name).cast(pl.Categorical).to_physical().alias(f"{name}_code") for name in _TEMP
+        )
+        code_columns = codes.columns
+        distinct = pl.concat([codes, texts], how="horizontal").unique(subset=code_columns)
+        if distinct.height <= _PYTHON_MAX:
+            values = _resolve_in_python(*(distinct[c].to_list() for c in _TEMP), found)
+            found_rows = pl.concat([distinct.select(code_columns), values], how="horizontal")
+        else:
+            found_rows = _resolve_in_polars(distinct, found)
+        attached = codes.join(
+            found_rows, on=code_columns, how="left", nulls_equal=True, maintain_order="left"
+        ).select(pl.col(name).cast(dtype) for name, dtype in ATTACHED_SCHEMA.items())
     return pl.concat([frame.drop(list(ATTACHED_SCHEMA), strict=False), attached], how="horizontal")

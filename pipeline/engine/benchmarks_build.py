@@ -6,7 +6,8 @@ Two CSVs come out, described (sources, rules, how to trace a figure) in
 - `benchmarks.csv`: price per m2 percentiles (p25 / median / p75) and transaction counts
   per city and per (city, district) from the MOJ 2024 deeds, the only deed-level source,
   plus `yoy_pct` from the REGA quarterly aggregates.
-- `market_averages.csv`: mean price per m2 per city and property type from REGA.
+- `market_averages.csv`: mean price per m2 per property type from REGA, per district (where
+  the district has its own type factor), per city and nationally.
 - `type_factors.csv`: per district / city / nationally and per property type, how much
   dearer (or cheaper) per m2 that type trades than the area's deeds of all types together
   (REGA), so that the type-blind MOJ percentiles can be compared like for like.
@@ -45,7 +46,7 @@ YOY_QUARTERS = (1, 2, 3)
 # Deeds a (place, type) cell needs in each year to enter the comparison, and a place in total.
 YOY_MIN_TYPE_DEEDS = 10
 YOY_MIN_DEEDS = MIN_TRANSACTIONS
-# A market average needs this many priced deeds behind it.
+# A city or national market average needs this many priced deeds behind it.
 MIN_MARKET_DEEDS = MIN_TRANSACTIONS
 
 BENCHMARK_COLUMNS = (
@@ -61,7 +62,7 @@ BENCHMARK_COLUMNS = (
     "transaction_count",
     "yoy_pct",
 )
-MARKET_COLUMNS = ("city_key", "type", "avg_sqm", "deed_count", "year", "level")
+MARKET_COLUMNS = ("city_key", "district_key", "type", "avg_sqm", "deed_count", "year", "level")
 TYPE_FACTOR_COLUMNS = (
     "city_key",
     "district_key",
@@ -88,6 +89,10 @@ TYPE_FACTOR_RANGE = (0.25, 8.0)
 # outside 0.5-2 are cells like a 75-deed bulk land sale at 450 SAR/m2 in Riyadh's الغدير (whose
 # MOJ benchmark has 34 deeds at a median of 8,100). Not applied to cities, see BENCHMARKS.md.
 TYPE_FACTOR_AGREEMENT = (0.5, 2.0)
+# A district market average is the numerator of the district's type factor (REGA mean price per
+# m2 of the type there), so it exists exactly where that factor does: same cells, year rule
+# (2024 first, else 2023), minimums and agreement check. This names the type minimum it inherits.
+MIN_DISTRICT_MARKET_DEEDS = TYPE_FACTOR_MIN_TYPE_DEEDS
 TYPE_ORDER = ("apartment", "villa", "land", "commercial", "office")
 
 
@@ -393,10 +398,35 @@ def attach_yoy(bench: pl.DataFrame, before: pl.DataFrame, after: pl.DataFrame) -
     )
 
 
-def market_averages(latest: pl.DataFrame, fallback: pl.DataFrame) -> pl.DataFrame:
+def district_market_averages(factor_rows: pl.DataFrame) -> pl.DataFrame:
+    """District rows of market_averages.csv from the (unfinished) output of `type_factors`:
+    each district type factor's numerator, the REGA deed-weighted mean price per m2 of the type
+    in the district, with its deeds and year. So a district has a market average for a type
+    exactly where it has a type factor of its own (2024 first, else 2023; at least
+    MIN_DISTRICT_MARKET_DEEDS deeds of the type; REGA cells that agree with the MOJ deeds), and
+    the two always describe the same cells. Office rows are not taken here (see
+    `market_averages`, which derives them from commercial)."""
+    return factor_rows.filter(
+        pl.col("level") == "district",
+        pl.col("type") != "office",
+        pl.col("type_deeds") >= MIN_DISTRICT_MARKET_DEEDS,
+    ).select(
+        "city_key",
+        "district_key",
+        "type",
+        avg_sqm=pl.col("sqm"),
+        deed_count=pl.col("type_deeds"),
+        year=pl.col("year"),
+    )
+
+
+def market_averages(
+    latest: pl.DataFrame, fallback: pl.DataFrame, districts: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Mean price per m2 per city and type: from `latest` (REGA 2024, a full year) where a
     city has it, else from `fallback` (the quarter report's last year); a national row per
-    type from `fallback`, which covers the whole country. Office is derived, see BENCHMARKS.md.
+    type from `fallback`, which covers the whole country. `districts` (see
+    `district_market_averages`) adds the district rows. Office is derived, see BENCHMARKS.md.
     """
 
     def averages(cells: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -414,12 +444,14 @@ def market_averages(latest: pl.DataFrame, fallback: pl.DataFrame) -> pl.DataFram
         recent, on=["city_key", "type"], how="anti"
     )
     national = averages(fallback, []).with_columns(city_key=pl.lit(None, pl.String))
-    rows = pl.concat(
-        [
-            pl.concat([recent, older], how="diagonal_relaxed").with_columns(level=pl.lit("city")),
-            national.with_columns(level=pl.lit("national")),
-        ],
-        how="diagonal_relaxed",
+    parts = [
+        pl.concat([recent, older], how="diagonal_relaxed").with_columns(level=pl.lit("city")),
+        national.with_columns(level=pl.lit("national")),
+    ]
+    if districts is not None:
+        parts.append(districts.with_columns(level=pl.lit("district")))
+    rows = pl.concat(parts, how="diagonal_relaxed").with_columns(
+        district_key=pl.col("district_key") if districts is not None else pl.lit(None, pl.String)
     )
     # No source has offices; the office row repeats commercial (the same "تجاري" class).
     offices = rows.filter(pl.col("type") == "commercial").with_columns(type=pl.lit("office"))
@@ -531,12 +563,18 @@ def _finish_benchmarks(bench: pl.DataFrame) -> pl.DataFrame:
 
 
 def _finish_market(rows: pl.DataFrame) -> pl.DataFrame:
+    """National rows, then city rows, then district rows (as in type_factors.csv)."""
     order = {t: i for i, t in enumerate(TYPE_ORDER)}
+    levels = {"national": 0, "city": 1, "district": 2}
     return (
-        rows.with_columns(_order=pl.col("type").replace_strict(order, return_dtype=pl.Int64))
-        .sort(["city_key", "_order"], nulls_last=False)
+        rows.with_columns(
+            _order=pl.col("type").replace_strict(order, return_dtype=pl.Int64),
+            _level=pl.col("level").replace_strict(levels, return_dtype=pl.Int64),
+        )
+        .sort(["_level", "city_key", "district_key", "_order"], nulls_last=False)
         .select(
             pl.col("city_key"),
+            pl.col("district_key"),
             pl.col("type"),
             pl.col("avg_sqm").round(2),
             pl.col("deed_count").cast(pl.Int64),
@@ -591,20 +629,20 @@ def build(sources_dir: Path, out_path: Path) -> BuildReport:
     )
 
     bench = _finish_benchmarks(attach_yoy(moj_benchmarks(kept), before, after))
-    factors = _finish_type_factors(
-        type_factors(
-            indicators_all.filter(pl.col("year") == BENCHMARK_YEAR),
-            report_all.filter(pl.col("year") == last_report_year),
-            bench,
-            kept.filter(pl.col("district_key").is_not_null())
-            .group_by("city_key", "district_key")
-            .agg(moj_mean=pl.col("price_per_sqm").mean()),
-        )
+    factor_rows = type_factors(
+        indicators_all.filter(pl.col("year") == BENCHMARK_YEAR),
+        report_all.filter(pl.col("year") == last_report_year),
+        bench,
+        kept.filter(pl.col("district_key").is_not_null())
+        .group_by("city_key", "district_key")
+        .agg(moj_mean=pl.col("price_per_sqm").mean()),
     )
+    factors = _finish_type_factors(factor_rows)
     market = _finish_market(
         market_averages(
             indicators.filter(pl.col("year") == BENCHMARK_YEAR),
             quarter_report.filter(pl.col("year") == last_report_year),
+            district_market_averages(factor_rows),
         )
     )
 
