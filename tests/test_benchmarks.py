@@ -4,6 +4,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from pipeline.engine import benchmarks as benchmarks_module
 from pipeline.engine.aliases import load_aliases
 from pipeline.engine.benchmarks import (
     ATTACHED_SCHEMA,
@@ -12,6 +13,8 @@ from pipeline.engine.benchmarks import (
     attach_benchmarks,
 )
 from pipeline.engine.benchmarks_build import (
+    MIN_DISTRICT_MARKET_DEEDS,
+    MIN_MARKET_DEEDS,
     MIN_TRANSACTIONS,
     TYPE_FACTOR_MIN_ALL_DEEDS,
     TYPE_FACTOR_MIN_TYPE_DEEDS,
@@ -326,3 +329,168 @@ def test_version_covers_the_type_factors(tmp_path: Path, table: BenchmarkTable) 
     changed = text.replace("\n,,apartment,", "\n,,apartment,9", 1)
     (tmp_path / "type_factors.csv").write_text(changed, encoding="utf-8")
     assert BenchmarkTable.load(tmp_path / "benchmarks.csv").version != table.version
+
+
+# -- market averages by district ----------------------------------------------------------------
+
+
+def market_row(table: BenchmarkTable, level: str, type_: str, city=None, district=None) -> dict:
+    rows = table.market_averages.filter(
+        pl.col("level") == level,
+        pl.col("type") == type_,
+        pl.col("city_key").eq_missing(city),
+        pl.col("district_key").eq_missing(district),
+    )
+    assert rows.height == 1, (level, type_, city, district)
+    return rows.row(0, named=True)
+
+
+def test_malqa_takes_its_district_market_averages(table: BenchmarkTable) -> None:
+    out = attach_benchmarks(frame([("Riyadh", "Al Malqa", t) for t in TYPES]), table)
+    assert out["market_avg_level"].to_list() == ["district"] * len(TYPES)
+    average = dict(zip(TYPES, out["market_avg_sqm"], strict=True))
+    for type_, value in average.items():
+        assert value == market_row(table, "district", type_, "الرياض", "الملقا")["avg_sqm"]
+    # A prime district: villas near 12,400 SAR/m2 against Riyadh's 4,946.
+    riyadh_villa = market_row(table, "city", "villa", "الرياض")["avg_sqm"]
+    assert average["villa"] > 10_000 and average["villa"] > 2 * riyadh_villa
+    assert average["office"] == average["commercial"]
+
+
+def test_city_benchmark_takes_the_city_market_average(table: BenchmarkTable) -> None:
+    row = attach_one(table, "Riyadh", "No Such Place", "villa")
+    assert row["benchmark_level"] == "city"
+    assert row["market_avg_level"] == "city"
+    assert row["market_avg_sqm"] == market_row(table, "city", "villa", "الرياض")["avg_sqm"]
+
+
+def test_district_without_its_own_average_falls_back_to_city(table: BenchmarkTable) -> None:
+    market = table.market_averages
+    with_own = market.filter(pl.col("level") == "district", pl.col("type") == "apartment")
+    districts = table.benchmarks.filter(
+        pl.col("level") == "district", pl.col("city_key") == "الرياض"
+    )
+    district = districts.join(with_own, on=["city_key", "district_key"], how="anti")["district_ar"][
+        0
+    ]
+    row = attach_one(table, "الرياض", district, "apartment")
+    assert row["benchmark_level"] == "district"
+    assert row["market_avg_level"] == "city"
+    assert row["market_avg_sqm"] == market_row(table, "city", "apartment", "الرياض")["avg_sqm"]
+
+
+def test_city_without_an_average_falls_back_to_national(table: BenchmarkTable) -> None:
+    cities = table.benchmarks.filter(pl.col("level") == "city")
+    with_villa = table.market_averages.filter(pl.col("level") == "city", pl.col("type") == "villa")
+    city = cities.join(with_villa, on="city_key", how="anti")["city_ar"][0]
+    row = attach_one(table, city, None, "villa")
+    assert row["benchmark_level"] == "city"
+    assert row["market_avg_level"] == "national"
+    assert row["market_avg_sqm"] == market_row(table, "national", "villa")["avg_sqm"]
+
+
+def test_district_average_needs_the_district_benchmark(table: BenchmarkTable) -> None:
+    # A district average for a place without a district benchmark (the builder writes none,
+    # a hand-edited table might) is not used: the row is on its city's benchmark.
+    extra = pl.DataFrame(
+        [("الرياض", "مكان جديد", "villa", 99_999.0, 50, 2024, "district")],
+        schema=benchmarks_module.MARKET_SCHEMA,
+        orient="row",
+    )
+    edited = BenchmarkTable(
+        benchmarks=table.benchmarks,
+        market_averages=pl.concat([table.market_averages, extra]),
+        version="edited",
+        type_factors=table.type_factors,
+    )
+    row = attach_one(edited, "Riyadh", "مكان جديد", "villa")
+    assert row["benchmark_level"] == "city"
+    assert row["market_avg_level"] == "city"
+    assert row["market_avg_sqm"] == market_row(table, "city", "villa", "الرياض")["avg_sqm"]
+
+
+def test_market_table_invariants(table: BenchmarkTable) -> None:
+    market = table.market_averages
+    assert list(market.columns) == list(benchmarks_module.MARKET_SCHEMA)
+    assert set(market["level"]) == {"national", "city", "district"}
+    assert (
+        market.null_count().select(pl.exclude("city_key", "district_key")).sum_horizontal()[0] == 0
+    )
+    not_district = market.filter(pl.col("level") != "district")
+    assert not_district["district_key"].null_count() == not_district.height
+    assert not_district["deed_count"].min() >= MIN_MARKET_DEEDS
+    districts = market.filter(pl.col("level") == "district")
+    assert districts["district_key"].null_count() == 0
+    assert districts["deed_count"].min() >= MIN_DISTRICT_MARKET_DEEDS
+    # District rows only where benchmarks.csv has the district, and exactly where the district
+    # has a type factor of its own: the average is that factor's numerator (same cells, year).
+    bench = table.benchmarks.filter(pl.col("level") == "district")
+    assert districts.join(bench, on=["city_key", "district_key"], how="anti").is_empty()
+    factors = table.type_factors.filter(pl.col("level") == "district")
+    paired = districts.join(factors, on=["city_key", "district_key", "type"], how="full")
+    assert paired.height == districts.height == factors.height
+    assert (paired["year"] == paired["year_right"]).all()
+    assert (paired["deed_count"] == paired["type_deeds"]).all()
+    office = districts.filter(pl.col("type") == "office").drop("type")
+    commercial = districts.filter(pl.col("type") == "commercial").drop("type")
+    assert office.equals(commercial)
+    # Sorted: national, city, district rows.
+    order = {"national": 0, "city": 1, "district": 2}
+    assert market["level"].replace_strict(order, return_dtype=pl.Int64).is_sorted()
+
+
+def test_market_file_without_district_key_still_loads(
+    tmp_path: Path, table: BenchmarkTable
+) -> None:
+    for name in ("benchmarks.csv", "type_factors.csv"):
+        (tmp_path / name).write_bytes((DEFAULT_DIR / name).read_bytes())
+    old = table.market_averages.filter(pl.col("level") != "district").drop("district_key")
+    old.write_csv(tmp_path / "market_averages.csv")
+    loaded = BenchmarkTable.load(tmp_path / "benchmarks.csv")
+    assert loaded.market_averages.columns == list(benchmarks_module.MARKET_SCHEMA)
+    row = attach_one(loaded, "Riyadh", "Al Malqa", "villa")
+    assert row["market_avg_level"] == "city"
+    assert row["market_avg_sqm"] == market_row(table, "city", "villa", "الرياض")["avg_sqm"]
+
+
+# -- the two resolution paths and the single-row cost --------------------------------------------
+
+
+def test_python_and_polars_paths_agree(table: BenchmarkTable, monkeypatch) -> None:
+    bench = table.benchmarks
+    places = bench.select(city="city_ar", district="district_ar").join(
+        pl.DataFrame({"type": [*TYPES, None, " Villa ", "castle"]}), how="cross"
+    )
+    odd = frame(
+        [
+            ("Riyadh", "Al Malqa", "villa"),
+            (" riyadh ", "al-malqa", "LAND"),
+            ("الرياض", "حي الملقا", "apartment\u3000"),
+            (None, "Al Malqa", "villa"),
+            ("Atlantis", "x", "land"),
+            ("Riyadh", "No Such Place", "office"),
+            ("Jeddah", None, None),
+            ("جدة", "", "commercial"),
+        ]
+    )
+    source = pl.concat([places, odd])
+    in_python = pl.concat(
+        [attach_benchmarks(part, table) for part in source.iter_slices(100)]  # row by row
+    )
+    monkeypatch.setattr(benchmarks_module, "_PYTHON_MAX", -1)
+    in_polars = attach_benchmarks(source, table)
+    assert in_python.equals(in_polars)
+    assert set(in_polars["market_avg_level"].drop_nulls()) == {"district", "city", "national"}
+
+
+def test_single_row_is_fast(table: BenchmarkTable) -> None:
+    one = frame([("Riyadh", "Al Malqa", "villa")])
+    assert table.lookups is table.lookups  # built once per table
+    attach_benchmarks(one, table)
+    times = []
+    for _ in range(30):
+        start = time.perf_counter()
+        attach_benchmarks(one, table)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    assert times[len(times) // 2] < 0.005  # about 0.5 ms; it was 10-25 ms per call

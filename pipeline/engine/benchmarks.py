@@ -231,9 +231,8 @@ def _build_lookups(bench: pl.DataFrame, market: pl.DataFrame, factors: pl.DataFr
             ),
         ]
     )
-    grid = places.join(
-        pl.DataFrame({"_type": types.extend(pl.Series([None], dtype=pl.String))}), how="cross"
-    )
+    no_type = pl.Series([None], dtype=pl.String)
+    grid = places.join(pl.DataFrame({"_type": pl.concat([types, no_type])}), how="cross")
     resolved = (
         grid.join(districts, on=["city_key", "district_key"], how="left")
         .join(cities, on="city_key", how="left")
