@@ -1,6 +1,6 @@
 """Build the benchmark tables from the official MOJ and REGA files (`../shared/data`).
 
-Two CSVs come out, described (sources, rules, how to trace a figure) in
+Three CSVs come out, described (sources, rules, how to trace a figure) in
 `sample_data/BENCHMARKS.md`:
 
 - `benchmarks.csv`: price per m2 percentiles (p25 / median / p75) and transaction counts
