@@ -1,0 +1,490 @@
+"""The remote scorer: one POST {base_url}/v1/decisions per request, over httpx, concurrently.
+
+Transport: httpx's API over aiohttp's connection pool (`httpx_aiohttp.AiohttpTransport`).
+httpx's own pool (httpcore) spends CPU that grows with queued requests x connections (encode/
+httpx issue 3215): against a server answering in 50 ms it reached 0.48 / 0.12 of the limit at
+concurrency 32 / 64, the aiohttp transport 0.85 / 0.84 (bench/bench_remote.py). Requests are
+built once per attempt as `httpx.Request` and sent with `client.send` (no per-call URL merge),
+and the client keeps no cookies: 30% less client CPU per request than `client.post`.
+
+Money rules (the journal gives every request an `Idempotency-Key`, the same on every attempt and
+every run): retries in `retry.py`; 402 stops sending, lets requests in flight finish and leaves
+the rest `skipped`; 401 stops the run at once, rows not answered end `failed` with
+`invalid_api_key` (exit 1, `stopped_by` says why); a redirect or a 404 also stop it (a wrong
+--api-url); 422 `validation_error` marks that row `rejected`.
+
+Balance: known only from `decisions_remaining` (and a 402's `balance`). Answers arrive out of
+order, so the lowest value seen is the latest. A request is sent only while
+`balance - cost of requests in flight - its cost >= reserve`; when that fails with requests in
+flight, the worker waits for their answers (then the balance is exact) before giving up.
+
+The API key lives in an `ApiKey`, whose repr and str hide it; it is only ever put in the
+Authorization header, and redirects are never followed, so it never reaches another host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.cookiejar
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import polars as pl
+
+from pipeline.batch.budget import Budget
+from pipeline.batch.scorers.base import (
+    LIST_SEPARATOR,
+    OUTPUT_SCHEMA,
+    SKIPPED_BALANCE,
+    SKIPPED_BUDGET,
+    ProgressCallback,
+    skipped_rows,
+)
+from pipeline.batch.scorers.retry import (
+    RETRY_STATUSES,
+    Pause,
+    RetriesExhausted,
+    RetryPolicy,
+    send_with_retry,
+)
+from pipeline.engine.schema import LOCATION_FIELDS, PROPERTY_FIELDS
+from pipeline.errors import UsageError
+
+log = logging.getLogger("pipeline.remote")
+
+DECISIONS_PATH = "/v1/decisions"
+INVALID_KEY_MESSAGE = (
+    "the API key was refused (wrong or revoked); set DECISIONS_API_KEY (or --api-key-file) "
+    "to a valid key and run the same command again"
+)
+_INT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Int64())
+_FLOAT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Float64())
+_BENCHMARK_FIELDS = ("median_sqm", "p25_sqm", "p75_sqm", "year", "transaction_count", "yoy_pct")
+
+
+class ApiKey:
+    """The API key: shown by nothing (repr, str, format, pickling); `reveal()` for the header."""
+
+    __slots__ = ("_secret",)
+
+    def __init__(self, secret: str) -> None:
+        secret = secret.strip()
+        if not secret or any(c.isspace() for c in secret) or not secret.isprintable():
+            raise UsageError("the API key is empty or holds spaces; it should look like sk-...")
+        self._secret = secret
+
+    def reveal(self) -> str:
+        return self._secret
+
+    def __repr__(self) -> str:
+        return "ApiKey('sk-***')"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("an API key is not pickled")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoteConfig:
+    base_url: str  # without /v1/decisions
+    concurrency: int = 8
+    reserve: int = 0  # decisions to leave in the shared balance
+    chunk_rows: int = 5_000  # requests the run hands over (and journals as sent) at a time
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0  # reasoning requests may take a while
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self.read_timeout_s, connect=self.connect_timeout_s)
+
+
+class _NoCookies(http.cookiejar.CookieJar):
+    """The API uses no cookies; keeping none saves about 80 us of CPU per response."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def add_cookie_header(self, request: Any) -> None:
+        return None
+
+
+def build_client(config: RemoteConfig) -> httpx.AsyncClient:
+    """An AsyncClient on aiohttp's pool: one keep-alive connection per concurrent request."""
+    from httpx_aiohttp import AiohttpTransport
+
+    limits = httpx.Limits(
+        max_connections=config.concurrency,
+        max_keepalive_connections=config.concurrency,
+        keepalive_expiry=30.0,
+    )
+    return httpx.AsyncClient(
+        transport=AiohttpTransport(limits=limits),
+        timeout=config.timeout,
+        follow_redirects=False,
+        cookies=_NoCookies(),
+        trust_env=False,  # no .netrc credentials, no proxy from the environment
+    )
+
+
+def request_body(row: dict[str, Any]) -> bytes:
+    """The spec's request body (section 2.1) from a request row; null optional fields omitted."""
+    prop = {k: row[k] for k in PROPERTY_FIELDS if row[k] is not None}
+    location = {k: row[k] for k in LOCATION_FIELDS if row[k] is not None}
+    body = {"property": prop, "location": location, "reasoning": bool(row["reasoning"])}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _scored(request_id: int, body: dict[str, Any]) -> dict[str, Any]:
+    breakdown = body["breakdown"]
+    benchmark = body.get("benchmark") or {}
+    reasoning = body.get("reasoning")
+    row: dict[str, Any] = {
+        "request_id": request_id,
+        "status": "scored",
+        "verdict": body["verdict"],
+        "score": body["score"],
+        "price_per_sqm": body["price_per_sqm"],
+        "decisions_used": body["decisions_used"],
+    }
+    for bucket in ("price", "location", "size", "details"):
+        row[f"{bucket}_score"] = breakdown[bucket]["score"]
+        row[f"{bucket}_status"] = breakdown[bucket]["status"]
+    for name in _BENCHMARK_FIELDS:
+        row[f"benchmark_{name}"] = benchmark.get(name)
+    if reasoning is not None:
+        row["reasoning_en"] = reasoning["reasoning_en"]
+        row["reasoning_ar"] = reasoning["reasoning_ar"]
+        row["key_factors"] = LIST_SEPARATOR.join(reasoning["key_factors"])
+        row["risk_flags"] = LIST_SEPARATOR.join(reasoning["risk_flags"])
+    return row
+
+
+def _error_row(
+    request_id: int, status: str, code: str, message: str, field: str | None = None
+) -> dict[str, Any]:
+    return {
+        "request_id": request_id,
+        "status": status,
+        "decisions_used": 0,
+        "error_code": code,
+        "error_field": field,
+        "error_message": message,
+    }
+
+
+def _typed(row: dict[str, Any]) -> dict[str, Any]:
+    for name in _INT_COLUMNS.intersection(row):
+        if row[name] is not None:
+            row[name] = int(row[name])
+    for name in _FLOAT_COLUMNS.intersection(row):
+        if row[name] is not None:
+            row[name] = float(row[name])
+    return row
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+@dataclass
+class _Stop:
+    status: str  # skipped | failed
+    code: str
+    message: str  # for skipped rows: the reason, worded for skipped_rows()
+
+
+class HttpScorer:
+    """Scores requests through a decision service; see the module docstring for the rules.
+
+    `client`: an httpx.AsyncClient to send with (the seam for tests); by default one on
+    aiohttp's pool is built at the first request. The scorer runs its own event loop across
+    `score` calls (the journal hands requests over in chunks), so call `close()` (or use it as
+    a context manager) when the run is over.
+    """
+
+    name = "remote"
+
+    def __init__(
+        self, config: RemoteConfig, key: ApiKey, *, client: httpx.AsyncClient | None = None
+    ) -> None:
+        url = httpx.URL(config.base_url.rstrip("/") + DECISIONS_PATH)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise UsageError(f"--api-url must be an http(s) address, not {config.base_url!r}")
+        if url.userinfo:
+            raise UsageError("--api-url must not hold credentials; the key goes in the env")
+        if config.concurrency < 1 or config.reserve < 0:
+            raise UsageError("--concurrency must be 1 or more and --reserve 0 or more")
+        self.config = config
+        self.chunk_rows = config.chunk_rows
+        self.reserve = config.reserve
+        self.url = url
+        self._headers = {
+            "authorization": f"Bearer {key.reveal()}",
+            "content-type": "application/json",
+            "accept": "application/json",
+        }
+        self._client = client
+        self._runner: asyncio.Runner | None = None
+        self._pause = Pause()
+        self._balance: int | None = None
+        self._in_flight_cost = 0
+        self._in_flight = 0
+        self._answered: asyncio.Future[None] | None = None
+        self._stop: _Stop | None = None
+        self._fatal: _Stop | None = None  # survives across score() calls (401, bad URL)
+        self._stopped: asyncio.Event | None = None
+        self.requests_sent = 0  # attempts, retries included
+        self.stopped_by: str | None = None  # error code that stopped the run (invalid_api_key...)
+        self.stop_message: str | None = None
+
+    def __repr__(self) -> str:
+        return f"HttpScorer({self.version!r}, concurrency={self.config.concurrency})"
+
+    @property
+    def version(self) -> str:
+        return f"remote:{self.url.copy_with(path='/', query=None, fragment=None)}"
+
+    def balance(self) -> int | None:
+        return self._balance
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> HttpScorer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._runner is None:
+            return
+        if self._client is not None:
+            self._runner.run(self._client.aclose())
+        self._runner.close()
+        self._runner = None
+
+    # -- scoring -----------------------------------------------------------------------------
+
+    def score(
+        self, requests: pl.DataFrame, *, budget: Budget, progress: ProgressCallback | None = None
+    ) -> pl.DataFrame:
+        if requests.is_empty():
+            return pl.DataFrame(schema=OUTPUT_SCHEMA)
+        if "idempotency_key" not in requests.columns:  # no journal: keys for this run only
+            run = uuid.uuid4().hex
+            requests = requests.with_columns(
+                idempotency_key=pl.format("pd-{}-{}", pl.lit(run), pl.col("request_id"))
+            )
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        answers = self._runner.run(self._score_all(requests, budget, progress))
+        return self._frame(requests, answers)
+
+    async def _score_all(
+        self, requests: pl.DataFrame, budget: Budget, progress: ProgressCallback | None
+    ) -> list[dict[str, Any] | _Stop]:
+        if self._client is None:
+            self._client = build_client(self.config)
+        self._stop = self._fatal
+        self._stopped = asyncio.Event()
+        if self._fatal is not None:
+            self._stopped.set()
+        rows = requests.to_dicts()
+        answers: list[dict[str, Any] | _Stop | None] = [None] * len(rows)
+        pending = iter(range(len(rows)))
+        done = 0
+        last_report = 0.0
+
+        async def worker() -> None:
+            nonlocal done, last_report
+            for i in pending:
+                answers[i] = await self._one(rows[i], budget)
+                done += 1
+                if progress is not None and (time.monotonic() - last_report > 0.2):
+                    last_report = time.monotonic()
+                    progress(done, budget.spent)
+
+        workers = min(self.config.concurrency, len(rows))
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        if progress is not None:
+            progress(done, budget.spent)
+        return [a for a in answers if a is not None]
+
+    async def _one(self, row: dict[str, Any], budget: Budget) -> dict[str, Any] | _Stop:
+        cost = row["cost"]
+        if self._stop is not None:
+            return self._stop
+        affordable = await self._affordable(cost)
+        if self._stop is not None:
+            return self._stop
+        if not affordable:
+            shown = self._balance
+            reason = f"the workspace balance ({shown}) is spent"
+            if self.reserve:
+                reason = f"the workspace balance ({shown}) is down to --reserve {self.reserve}"
+            return self._halt(_Stop("skipped", SKIPPED_BALANCE, reason))
+        if not budget.reserve(cost):
+            return self._halt(_Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent"))
+        self._in_flight += 1
+        self._in_flight_cost += cost
+        spent = 0
+        try:
+            answer = await self._send(row)
+            if isinstance(answer, dict):
+                spent = answer.get("decisions_used") or 0
+            return answer
+        finally:
+            self._in_flight -= 1
+            self._in_flight_cost -= cost
+            budget.settle(cost, spent)
+            if self._answered is not None:
+                self._answered.set_result(None)
+                self._answered = None
+
+    async def _affordable(self, cost: int) -> bool:
+        """Whether the known balance pays `cost` above the reserve, counting requests in flight.
+
+        Unknown balance: send, except that with a reserve only one request goes out until the
+        first answer tells the balance. When requests in flight make it uncertain, wait for
+        them: once none is in flight the known balance is exact."""
+        while True:
+            if self._stop is not None:
+                return True  # the caller sees the stop
+            known = self._balance
+            if known is None:
+                if not self.reserve or not self._in_flight:
+                    return True
+            elif known - self._in_flight_cost - cost >= self.reserve:
+                return True
+            elif not self._in_flight:
+                return False
+            if self._answered is None:
+                self._answered = asyncio.get_running_loop().create_future()
+            await self._answered
+
+    def _halt(self, stop: _Stop, *, fatal: bool = False) -> _Stop:
+        if self._stop is None or (fatal and self._stop.status != "failed"):
+            self._stop = stop
+        if fatal:
+            self._fatal = stop
+            self.stopped_by, self.stop_message = stop.code, stop.message
+            log.error("remote scoring stopped: %s", stop.message)
+        if self._stopped is not None:
+            self._stopped.set()
+        return stop
+
+    def _saw_balance(self, value: object) -> None:
+        if isinstance(value, int | float) and (self._balance is None or value < self._balance):
+            self._balance = int(value)
+
+    async def _send(self, row: dict[str, Any]) -> dict[str, Any] | _Stop:
+        assert self._client is not None
+        client = self._client
+        content = request_body(row)
+        headers = {**self._headers, "idempotency-key": row["idempotency_key"]}
+        extensions = {"timeout": self.config.timeout.as_dict()}
+
+        def send() -> Any:
+            self.requests_sent += 1
+            request = httpx.Request(
+                "POST", self.url, headers=headers, content=content, extensions=extensions
+            )
+            return client.send(request, follow_redirects=False)
+
+        request_id = row["request_id"]
+        try:
+            response, attempts = await send_with_retry(
+                send, self.config.retry, self._pause, stopped=self._stopped
+            )
+        except RetriesExhausted as exc:
+            return _error_row(
+                request_id,
+                "failed",
+                "service_unavailable",
+                f"the service did not answer ({exc}); run the same command again: the same "
+                "idempotency key makes the retry safe",
+            )
+        return self._answer(row, response, attempts)
+
+    def _answer(
+        self, row: dict[str, Any], response: httpx.Response, attempts: int
+    ) -> dict[str, Any] | _Stop:
+        request_id, status = row["request_id"], response.status_code
+        body = _json(response)
+        code = str(body.get("error") or f"http_{status}")
+        message = str(body.get("message") or f"the service answered HTTP {status}")
+        if 200 <= status < 300:
+            try:
+                scored = _scored(request_id, body)
+            except (KeyError, TypeError, AttributeError):
+                return _error_row(
+                    request_id,
+                    "failed",
+                    "invalid_response",
+                    f"the service's answer (HTTP {status}) is not a decision body; run the same "
+                    "command again: the same idempotency key replays it without a new charge",
+                )
+            self._saw_balance(body.get("decisions_remaining"))
+            return scored
+        if status == 402:
+            self._saw_balance(body.get("balance"))
+            return self._halt(_Stop("skipped", SKIPPED_BALANCE, "the workspace balance is spent"))
+        if status == 401:
+            return self._halt(_Stop("failed", "invalid_api_key", INVALID_KEY_MESSAGE), fatal=True)
+        if 300 <= status < 400 or status in (404, 405):
+            where = "redirected elsewhere" if status < 400 else f"answered HTTP {status}"
+            stop = _Stop(
+                "failed",
+                "wrong_api_url" if status >= 400 else "unexpected_redirect",
+                f"{self.url} {where}; check --api-url (DECISIONS_API_URL): it should be the "
+                "service's base address, without /v1/decisions",
+            )
+            return self._halt(stop, fatal=True)
+        if status == 422 and code == "validation_error":
+            return _error_row(request_id, "rejected", code, message, body.get("field"))
+        if status in RETRY_STATUSES:
+            code = {429: "rate_limited", 409: "request_in_progress"}.get(
+                status, "service_unavailable"
+            )
+            message = (
+                f"the service answered HTTP {status} {attempts} time(s); run the same command "
+                "again later: the same idempotency key makes the retry safe"
+            )
+        return _error_row(request_id, "failed", code, message, body.get("field"))
+
+    def _frame(self, requests: pl.DataFrame, answers: list[dict[str, Any] | _Stop]) -> pl.DataFrame:
+        rows: list[dict[str, Any]] = []
+        stops: dict[tuple[str, str, str], list[int]] = {}
+        for request_id, answer in zip(requests["request_id"], answers, strict=True):
+            if isinstance(answer, _Stop):
+                stops.setdefault((answer.status, answer.code, answer.message), []).append(
+                    request_id
+                )
+            else:
+                rows.append(_typed(answer))
+        parts = [pl.DataFrame(rows, schema=OUTPUT_SCHEMA)] if rows else []
+        for (status, code, message), ids in stops.items():
+            stopped = requests.filter(pl.col("request_id").is_in(ids))
+            if status == "skipped":
+                parts.append(skipped_rows(stopped, code, message))
+            else:
+                parts.append(
+                    pl.DataFrame(
+                        [_error_row(i, status, code, message) for i in ids], schema=OUTPUT_SCHEMA
+                    )
+                )
+        if not parts:
+            return pl.DataFrame(schema=OUTPUT_SCHEMA)
+        order = requests.select("request_id")
+        return order.join(pl.concat(parts), on="request_id", how="left", maintain_order="left")

@@ -1,0 +1,206 @@
+"""The one retry policy of remote scoring: what is retried, how long to wait, and a shared pause.
+
+Retried, always as the same request under the same `Idempotency-Key` (an attempt whose answer
+was lost is replayed by the service, not charged again):
+
+    connection errors, timeouts, dropped connections     (httpx.TransportError and the like)
+    HTTP 408, 429, 500, 502, 503, 504
+    HTTP 409 request_in_progress                         (our own earlier attempt still running)
+
+Never retried: 400, 401, 402, 422 and every other status; a second try cannot change them.
+
+Waits: exponential backoff with full jitter (uniform in [0, min(cap, base * 2**n)]), or the
+server's `Retry-After` when it sends one. A `Retry-After` is shared: it moves the "not before"
+time of the `Pause` that every worker waits on before sending, so a 429 slows the whole run, not
+one task. (A 409's Retry-After concerns our own request only and is not shared.) Attempts and
+total time are bounded by `RetryPolicy`.
+
+The first attempt is a plain `await`; tenacity takes over only after a retryable failure, so its
+per-call machinery (20-40 us, and 35-50% of throughput at concurrency 32, PERF-NOTES) stays off
+the hot path. `set_testing(True)` removes every sleep, like stamina's switch of the same name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+
+import httpx
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    stop_when_event_set,
+)
+
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+try:  # the transport's own errors, should one escape httpx's mapping
+    import aiohttp
+
+    _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+        httpx.TransportError,
+        aiohttp.ClientError,
+        asyncio.TimeoutError,
+        OSError,
+    )
+except ImportError:  # pragma: no cover - aiohttp is a dependency
+    _TRANSPORT_ERRORS = (httpx.TransportError, asyncio.TimeoutError, OSError)
+
+_testing = False
+
+
+def set_testing(testing: bool) -> None:
+    """Tests: no sleeps at all (backoff, Retry-After, the shared pause); attempts unchanged."""
+    global _testing
+    _testing = testing
+
+
+def is_testing() -> bool:
+    return _testing
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    attempts: int = 6  # in all, the first included
+    total_s: float = 120.0  # no new attempt after this long since the first failure
+    backoff_s: float = 0.25  # cap of the first backoff; doubles with every attempt
+    max_backoff_s: float = 15.0
+    max_retry_after_s: float = 300.0  # a longer Retry-After is cut to this
+
+
+async def _sleep(seconds: float) -> None:
+    if not _testing and seconds > 0:
+        await asyncio.sleep(seconds)
+
+
+class Pause:
+    """A "not before" time shared by every worker of a run (set by Retry-After)."""
+
+    def __init__(self) -> None:
+        self.not_before = 0.0  # time.monotonic()
+
+    def hold(self, seconds: float) -> None:
+        self.not_before = max(self.not_before, time.monotonic() + seconds)
+
+    async def wait(self) -> None:
+        while (delay := self.not_before - time.monotonic()) > 0 and not _testing:
+            await asyncio.sleep(delay)
+
+
+def retry_after_s(response: httpx.Response, cap: float) -> float | None:
+    """The Retry-After of a response in seconds (delta-seconds or an HTTP date), capped."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(max(seconds, 0.0), cap)
+
+
+class RetryableStatus(Exception):
+    """A response whose status is worth another attempt (inside the retry loop only)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+class RetriesExhausted(Exception):
+    """Every attempt ended in a transport error; `cause` names the last one (never a header)."""
+
+    def __init__(self, attempts: int, last: BaseException) -> None:
+        self.attempts = attempts
+        self.cause = type(last).__name__
+        super().__init__(f"{attempts} attempt(s), the last ended in {self.cause}")
+
+
+Send = Callable[[], Awaitable[httpx.Response]]
+
+
+async def send_with_retry(
+    send: Send,
+    policy: RetryPolicy,
+    pause: Pause,
+    *,
+    stopped: asyncio.Event | None = None,
+) -> tuple[httpx.Response, int]:
+    """The final response and the number of attempts made.
+
+    A retryable response that is still the answer when attempts or time run out is returned as
+    it is (the caller turns it into a failed row); a transport error then raises
+    RetriesExhausted. `stopped` ends the retries early (the run was stopped, e.g. by a 401).
+    """
+    await pause.wait()
+    try:
+        response = await send()
+    except _TRANSPORT_ERRORS as exc:
+        first: BaseException = exc
+    else:
+        if response.status_code not in RETRY_STATUSES:
+            return response, 1
+        first = RetryableStatus(response)
+    return await _retry(send, policy, pause, first, stopped)
+
+
+async def _retry(
+    send: Send,
+    policy: RetryPolicy,
+    pause: Pause,
+    first: BaseException,
+    stopped: asyncio.Event | None,
+) -> tuple[httpx.Response, int]:
+    """Tenacity from the second attempt on; its attempt 1 re-raises the plain attempt's failure,
+    so attempt numbers, waits and the bound on attempts count that one too."""
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, RetryableStatus):
+            after = retry_after_s(exc.response, policy.max_retry_after_s)
+            if after is not None:
+                if exc.response.status_code == 409:
+                    return after
+                pause.hold(after)  # everyone waits, this worker too (at pause.wait below)
+                return 0.0
+        cap = min(policy.max_backoff_s, policy.backoff_s * 2 ** (state.attempt_number - 1))
+        return random.uniform(0, cap)
+
+    stop = stop_after_attempt(policy.attempts) | stop_after_delay(policy.total_s)
+    if stopped is not None:
+        stop = stop | stop_when_event_set(stopped)  # type: ignore[arg-type]
+    retrying = AsyncRetrying(
+        stop=stop,
+        wait=wait,
+        retry=retry_if_exception_type((RetryableStatus, *_TRANSPORT_ERRORS)),
+        sleep=_sleep,
+        reraise=True,
+    )
+    attempts = 0
+    try:
+        async for attempt in retrying:
+            with attempt:
+                attempts += 1
+                if attempts == 1:
+                    raise first
+                await pause.wait()
+                response = await send()
+                if response.status_code in RETRY_STATUSES:
+                    raise RetryableStatus(response)
+                return response, attempts
+    except RetryableStatus as exc:
+        return exc.response, attempts
+    except _TRANSPORT_ERRORS as exc:
+        raise RetriesExhausted(attempts, exc) from None
+    raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
