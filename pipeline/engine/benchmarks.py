@@ -400,7 +400,7 @@ def attach_benchmarks(frame: pl.DataFrame, table: BenchmarkTable) -> pl.DataFram
             values = _resolve_in_python(*(distinct[c].to_list() for c in _TEMP), found)
             found_rows = pl.concat([distinct.select(code_columns), values], how="horizontal")
         else:
-            found_rows = _resolve_in_polars(distinct, found)
+            found_rows = _resolve_in_polars(distinct, found).select(*code_columns, *ATTACHED_SCHEMA)
         attached = codes.join(
             found_rows, on=code_columns, how="left", nulls_equal=True, maintain_order="left"
         ).select(pl.col(name).cast(dtype) for name, dtype in ATTACHED_SCHEMA.items())
