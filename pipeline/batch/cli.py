@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,9 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         sheet=int(args.sheet) if args.sheet and args.sheet.isdigit() else args.sheet,
         csv_bom=not args.no_bom,
     )
-    ledger = open_local_ledger(settings, args.db)
+    # The job lock below keeps a second run of this job out, so a charge of ours still marked
+    # in flight belongs to a run that died: replay it at once instead of waiting.
+    ledger = open_local_ledger(settings, args.db, stale_in_flight_s=0)
     workspace = args.workspace or settings.ledger.workspace
     ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
     engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
@@ -112,7 +115,8 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
 
 def print_plan(plan: Plan, *, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(dict(plan.lines()) | {"dry_run": True}, ensure_ascii=False, indent=2))
+        fields = asdict(plan) | {"decisions_needed": plan.decisions_needed, "dry_run": True}
+        print(json.dumps(fields, ensure_ascii=False, indent=2))
         return
     print("Dry run: nothing was sent and nothing was charged.")
     width = max(len(label) for label, _ in plan.lines())

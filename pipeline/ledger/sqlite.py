@@ -297,8 +297,11 @@ class SqliteLedger:
         return Workspace(name, balance)
 
 
-def open_local_ledger(settings: Settings, db: str | None = None) -> SqliteLedger:
+def open_local_ledger(
+    settings: Settings, db: str | None = None, *, stale_in_flight_s: float = STALE_IN_FLIGHT_S
+) -> SqliteLedger:
     """The ledger of `--db` (or the settings' default file), with the local workspace in it."""
-    ledger = SqliteLedger(db_path(db) if db else settings.resolve(settings.ledger.db))
+    path = db_path(db) if db else settings.resolve(settings.ledger.db)
+    ledger = SqliteLedger(path, stale_in_flight_s=stale_in_flight_s)
     ledger.ensure_workspace(settings.ledger.workspace, settings.ledger.initial_balance)
     return ledger

@@ -1,0 +1,239 @@
+"""Never pay twice: reruns, changed rows, budget stops, dry runs and kill -9 at any moment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.cli import main
+from pipeline.io.read import read_table
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_data"
+DISTINCT_VALID = 360  # sample portfolio: 371 rows, 8 rejected, 3 duplicates
+
+
+class Job:
+    """One job: an input file scored into workspace `acme` of its own ledger and journal."""
+
+    def __init__(self, folder: Path, balance: int = 100_000) -> None:
+        self.folder = folder
+        self.db = str(folder / "ledger.db")
+        self.journal = str(folder / "job.journal")
+        self.out = folder / "scored.parquet"
+        main(["workspace", "create", "acme", "--balance", str(balance), "--db", self.db])
+
+    def score(self, source: Path, *extra: str) -> int:
+        return main(
+            ["score", str(source), "-o", str(self.out), "--db", self.db, "--workspace", "acme",
+             "--journal", self.journal, "--quiet", *extra]
+        )  # fmt: skip
+
+    def balance(self) -> int:
+        with sqlite3.connect(self.db) as db:
+            return db.execute("SELECT balance FROM workspaces WHERE name = 'acme'").fetchone()[0]
+
+    def charged(self) -> int:
+        with sqlite3.connect(self.db) as db:
+            row = db.execute("SELECT -SUM(amount) FROM entries WHERE kind IN ('charge', 'refund')")
+            return row.fetchone()[0] or 0
+
+    def results(self) -> pl.DataFrame:
+        return pl.read_parquet(self.out)
+
+
+def test_a_rerun_of_an_unchanged_file_charges_nothing(tmp_path):
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    first = job.results()
+    assert job.charged() == DISTINCT_VALID
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    again = job.results()
+    assert job.charged() == DISTINCT_VALID
+    assert again["decisions_used"].sum() == 0
+    assert again.drop("decisions_used").equals(first.drop("decisions_used"))
+
+
+def test_only_changed_rows_are_paid_for(tmp_path):
+    job = Job(tmp_path)
+    listings = read_table(SAMPLE / "portfolio.csv")
+    first = tmp_path / "monday.csv"
+    listings.write_csv(first)
+    assert job.score(first) == 0
+    changed_rows = [0, 1, 2, 4, 5, 6, 7, 8, 9, 11]  # ten valid, distinct listings
+    price = pl.when(pl.int_range(pl.len()).is_in(changed_rows)).then(pl.lit("999000"))
+    tuesday = tmp_path / "tuesday.csv"
+    listings.with_columns(price.otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")).write_csv(
+        tuesday
+    )
+    before = job.charged()
+    assert job.score(tuesday, "--journal", job.journal) == 0
+    assert job.charged() - before == 10
+    assert job.results()["decisions_used"].sum() == 10
+
+
+def test_budget_stop_then_rerun_completes_with_the_exact_total(tmp_path):
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv", "--budget", "100") == 3
+    assert job.charged() == 100
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.charged() == DISTINCT_VALID
+    assert job.results().filter(pl.col("status") == "skipped").is_empty()
+
+
+def test_balance_out_then_topup_then_the_same_command_completes(tmp_path):
+    job = Job(tmp_path, balance=50)
+    assert job.score(SAMPLE / "portfolio.csv") == 3
+    assert (job.balance(), job.charged()) == (0, 50)
+    skipped = job.results().filter(pl.col("status") == "skipped")
+    assert set(skipped["error_code"]) == {"insufficient_decisions"}
+    main(["workspace", "topup", "acme", "1000", "--db", job.db])
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.charged() == DISTINCT_VALID
+
+
+@pytest.mark.parametrize("mode", ["none", "all", "borderline"])
+def test_dry_run_charges_nothing_and_predicts_the_real_cost(tmp_path, mode, capsys):
+    job = Job(tmp_path)
+    capsys.readouterr()
+    assert job.score(SAMPLE / "portfolio.csv", "--reasoning", mode, "--dry-run", "--json") == 0
+    import json
+
+    plan = json.loads(capsys.readouterr().out)
+    assert job.charged() == 0 and not job.out.exists()
+    assert plan["rejected"] == 8
+    assert plan["duplicates"] == 3
+    assert job.score(SAMPLE / "portfolio.csv", "--reasoning", mode) == 0
+    if mode == "borderline":
+        assert plan["scoring_decisions"] <= job.charged()
+        assert job.charged() <= plan["borderline_worst_case"]
+    else:
+        assert plan["decisions_needed"] == job.charged()
+    assert job.score(SAMPLE / "portfolio.csv", "--reasoning", mode, "--dry-run", "--json") == 0
+    replanned = json.loads(capsys.readouterr().out)
+    assert replanned["decisions_needed"] == 0 and replanned["already_scored"] == DISTINCT_VALID
+
+
+def test_priority_scores_the_highest_values_first(tmp_path):
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv", "--budget", "20", "--priority", "Price (SAR)") == 3
+    scored = job.results().filter(pl.col("status") == "scored")
+    skipped = job.results().filter(pl.col("status") == "skipped")
+    from pipeline.batch.normalize import normalize_column
+
+    def prices(frame: pl.DataFrame) -> pl.Series:
+        return normalize_column(frame["Price (SAR)"], "price")
+
+    assert prices(scored).min() >= prices(skipped).max()
+
+
+def test_fresh_pays_again(tmp_path):
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.score(SAMPLE / "portfolio.csv", "--fresh") == 0
+    assert job.charged() == 2 * DISTINCT_VALID
+
+
+def test_verdicts_that_flip_are_listed_as_changes(tmp_path):
+    job = Job(tmp_path)
+    listings = read_table(SAMPLE / "portfolio.csv")
+    source = tmp_path / "listings.csv"
+    listings.write_csv(source)
+    job.out = tmp_path / "scored.xlsx"
+    assert job.score(source) == 0
+    cheap = listings.with_columns(
+        pl.when(pl.int_range(pl.len()) < 5).then(pl.lit("1000")).otherwise(pl.col("Price (SAR)"))
+        .alias("Price (SAR)")
+    )  # fmt: skip
+    cheap.write_csv(source)
+    assert job.score(source) == 0
+    import openpyxl
+
+    summary = openpyxl.load_workbook(job.out)["Summary"]
+    texts = [c.value for row in summary.iter_rows() for c in row if isinstance(c.value, str)]
+    assert any("Changed since last run" in t for t in texts)
+
+
+def test_a_second_run_of_the_same_job_is_refused_while_one_runs(tmp_path):
+    from pipeline.batch.journal import job_lock
+    from pipeline.errors import UsageError
+
+    journal = tmp_path / "job.journal"
+    with job_lock(journal), pytest.raises(UsageError, match="another run of this job"):  # noqa: SIM117
+        with job_lock(journal):
+            pass
+
+
+# -- kill -9 at many points ------------------------------------------------------------------
+
+
+def _settings(folder: Path) -> Path:
+    configs = folder / "configs"
+    configs.mkdir()
+    settings = configs / "settings.toml"
+    settings.write_text(
+        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n[batch]\nchunk_rows = 40\n',
+        encoding="utf-8",
+    )
+    return settings
+
+
+def _portfolio(folder: Path, copies: int) -> Path:
+    listings = read_table(SAMPLE / "portfolio.csv")
+    frames = [
+        listings.with_columns(pl.col("Listing ID") + f"-{n}", pl.col("المساحة") + str(n))
+        for n in range(copies)
+    ]
+    path = folder / "big.csv"
+    pl.concat(frames).write_csv(path)
+    return path
+
+
+def _score_command(job: Job, source: Path) -> list[str]:
+    return [sys.executable, "-m", "pipeline", "score", str(source), "-o", str(job.out),
+            "--db", job.db, "--workspace", "acme", "--journal", job.journal, "--quiet"]  # fmt: skip
+
+
+def test_kill_9_at_many_points_never_charges_twice_and_ends_identical(tmp_path):
+    env = {**os.environ, "DECISIONS_SETTINGS": str(_settings(tmp_path))}
+    source = _portfolio(tmp_path, copies=20)
+
+    (tmp_path / "reference").mkdir()
+    reference = Job(tmp_path / "reference")
+    done = subprocess.run(_score_command(reference, source), env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    distinct = reference.charged()
+    expected = reference.results()
+
+    (tmp_path / "killed").mkdir()
+    job = Job(tmp_path / "killed")
+    kills = 0
+    for attempt in range(12):
+        process = subprocess.Popen(_score_command(job, source), env=env, stderr=subprocess.PIPE)
+        time.sleep(1.2 + 0.15 * (attempt % 4))  # past the start-up, into the scoring
+        if process.poll() is not None:
+            break
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        kills += 1
+        assert job.charged() <= distinct  # never more than one charge per distinct request
+    if _unfinished(job):
+        done = subprocess.run(_score_command(job, source), env=env, capture_output=True)
+        assert done.returncode == 0, done.stderr
+    # else the last run finished its work (output written, run closed) just before its kill
+    assert kills >= 3
+    assert job.charged() == distinct
+    assert job.results().equals(expected)
+
+
+def _unfinished(job: Job) -> bool:
+    with sqlite3.connect(job.journal) as db:
+        return db.execute("SELECT 1 FROM meta WHERE name = 'open_run'").fetchone() is not None
