@@ -41,3 +41,6 @@ sample: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out .cache
+
+nightly: $(STAMP)
+	$(BIN)/decisions nightly

@@ -136,10 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("sources", nargs="?", help="folder of the official files (../shared/data)")
     build.set_defaults(handler=cmd_benchmarks_build)
 
-    from pipeline.batch.cli import add_score_command
+    from pipeline.batch.cli import add_nightly_command, add_score_command
     from pipeline.service_cli import add_service_commands
 
     add_score_command(commands)
+    add_nightly_command(commands)
     add_service_commands(commands)
     return parser
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,36 @@ def add_score_command(commands: Any) -> None:
     score.add_argument("--journal", type=Path, help="journal file (default: one per input)")
     score.add_argument("--quiet", action="store_true", help="no progress, no summary table")
     score.add_argument("--json", action="store_true", help="print the summary as JSON")
+    score.add_argument(
+        "--manifest", type=Path, help="also write the run's summary as JSON to this file"
+    )
     score.set_defaults(handler=cmd_score)
+
+
+def add_nightly_command(commands: Any) -> None:
+    nightly = commands.add_parser(
+        "nightly",
+        help="the scheduled run: score the portfolio of configs/nightly.toml into a dated folder",
+    )
+    nightly.add_argument("--config", type=Path, help="default: configs/nightly.toml")
+    nightly.add_argument("--db", help="ledger: a SQLite path or sqlite:///PATH (env DECISIONS_DB)")
+    nightly.set_defaults(handler=cmd_nightly)
+
+
+def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
+    from datetime import date
+
+    from pipeline.batch.nightly import load_nightly, score_arguments
+
+    config = load_nightly(args.config or settings.root / "configs" / "nightly.toml")
+    argv = ["score", *score_arguments(config, settings.root, date.today())]
+    if args.db:
+        argv += ["--db", args.db]
+    parser = argparse.ArgumentParser(prog="decisions")
+    add_score_command(parser.add_subparsers(dest="command"))
+    score_args = parser.parse_args(argv)
+    print(f"decisions nightly: {' '.join(argv)}", flush=True)
+    return cmd_score(score_args, settings)
 
 
 def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
@@ -106,8 +136,11 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
     if isinstance(outcome, Plan):
         print_plan(outcome, as_json=args.json)
         return 0
+    manifest = summary_json(outcome, scorer.version)
+    if args.manifest:
+        write_manifest(args.manifest, manifest)
     if args.json:
-        print(json.dumps(summary_json(outcome), ensure_ascii=False, indent=2))
+        print(json.dumps(manifest, ensure_ascii=False, indent=2))
     elif not args.quiet:
         print_summary(outcome, sys.argv)
     return outcome.exit_code
@@ -125,9 +158,12 @@ def print_plan(plan: Plan, *, as_json: bool) -> None:
         print(f"  {label:<{width}}  {shown}")
 
 
-def summary_json(outcome: BatchOutcome) -> dict[str, Any]:
+def summary_json(outcome: BatchOutcome, scorer_version: str | None = None) -> dict[str, Any]:
     s = outcome.summary
     return {
+        "version": package_version(),
+        "scorer": scorer_version,
+        "started_at": s.started_at.isoformat(timespec="seconds"),
         "input": s.input_path,
         "input_sha256": s.input_fingerprint,
         "outputs": [str(p) for p in outcome.outputs],
@@ -140,7 +176,22 @@ def summary_json(outcome: BatchOutcome) -> dict[str, Any]:
         "workspace": s.workspace,
         "duration_s": round(s.duration_s, 3),
         "exit_code": s.exit_code,
+        "notes": dict(s.notes),
     }
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("property-decisions")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    from pipeline.io.atomic import atomic_path
+
+    with atomic_path(path) as temporary:
+        temporary.write_text(json.dumps(manifest, ensure_ascii=False, indent=2), encoding="utf-8")
 
 
 def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
