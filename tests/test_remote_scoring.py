@@ -1,0 +1,339 @@
+"""Remote scoring end to end: `run_batch` with HttpScorer against the real service on 127.0.0.1.
+
+Outputs must equal the embedded run's; faults injected by a proxy after the service charged
+must never cost a second charge; 402, top-up and the same run again must cost exactly once per
+row; the key must never show anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import pickle
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.batch.journal import Journal
+from pipeline.batch.run import BatchOptions, BatchOutcome, run_batch
+from pipeline.batch.scorers.http import ApiKey, HttpScorer, RemoteConfig
+from pipeline.batch.scorers.local import LocalScorer
+from pipeline.batch.scorers.remote_options import add_remote_options, remote_scorer_from_args
+from pipeline.batch.scorers.retry import set_testing
+from pipeline.engine.engine import Engine
+from pipeline.errors import UsageError
+from pipeline.ledger.base import ChargeRequest
+from pipeline.ledger.sqlite import SqliteLedger
+from pipeline.settings import Settings
+from tests.remote_helpers import charges_by_key, running_proxy
+from tests.test_service_fixtures import Service, running_service
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
+PORTFOLIO = SAMPLE / "portfolio.csv"
+
+
+@pytest.fixture(autouse=True)
+def no_sleeps() -> Iterator[None]:
+    set_testing(True)
+    yield
+    set_testing(False)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 150 rows of the portfolio: enough for fault tests, quick to score."""
+    path = tmp_path_factory.mktemp("portfolio") / "small.csv"
+    pl.read_csv(PORTFOLIO, infer_schema=False).head(150).write_csv(path)
+    return path
+
+
+def paid_rows(outcome: BatchOutcome) -> int:
+    """Distinct requests charged: scored rows that are not duplicates of an earlier row."""
+    return outcome.results.filter(pl.col("decisions_used") > 0).height
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine.default()
+
+
+@pytest.fixture
+def service(tmp_path: Path, engine: Engine) -> Iterator[Service]:
+    with running_service(tmp_path, engine, balance=10_000) as running:
+        yield running
+
+
+def remote(url: str, key: str, **config: object) -> HttpScorer:
+    return HttpScorer(RemoteConfig(base_url=url, **config), ApiKey(key))  # type: ignore[arg-type]
+
+
+def score_remote(
+    scorer: HttpScorer,
+    out: Path,
+    *,
+    reasoning: str = "none",
+    journal: Journal | None = None,
+    source: Path = PORTFOLIO,
+) -> BatchOutcome:
+    options = BatchOptions(input=source, outputs=[out], reasoning=reasoning)  # type: ignore[arg-type]
+    with scorer:
+        outcome = run_batch(options, scorer, journal=journal)
+    assert isinstance(outcome, BatchOutcome)
+    return outcome
+
+
+def test_remote_outputs_equal_the_embedded_run(tmp_path, service, engine):
+    remote_run = score_remote(
+        remote(service.url, service.key), tmp_path / "remote.parquet", reasoning="borderline"
+    )
+    ledger = SqliteLedger(tmp_path / "embedded.db")
+    ledger.create_workspace("local", 10_000)
+    embedded = run_batch(
+        BatchOptions(
+            input=PORTFOLIO, outputs=[tmp_path / "embedded.parquet"], reasoning="borderline"
+        ),
+        LocalScorer(engine, ledger, workspace="local", chunk_rows=1000),
+    )
+    assert isinstance(embedded, BatchOutcome)
+    assert remote_run.summary.counts_by_status == {
+        "scored": 363,
+        "rejected": 8,
+        "skipped": 0,
+        "failed": 0,
+    }
+    assert remote_run.results.equals(embedded.results)
+    written = pl.read_parquet(tmp_path / "remote.parquet")
+    assert written.equals(pl.read_parquet(tmp_path / "embedded.parquet"))
+    spent = remote_run.summary.decisions_spent
+    assert spent == embedded.summary.decisions_spent
+    assert service.balance() == 10_000 - spent
+    assert remote_run.summary.balance_after == service.balance()
+
+
+def test_faults_after_the_charge_never_charge_twice(tmp_path, service, small):
+    def decide(key: str, attempt: int) -> str:
+        if attempt > 1:
+            return "pass"
+        return {0: "500", 1: "503", 2: "drop", 3: "429"}.get(hash(key) % 15, "pass")
+
+    with running_proxy(service.url, decide) as proxy:
+        outcome = score_remote(
+            remote(proxy.url, service.key, concurrency=16), tmp_path / "out.parquet", source=small
+        )
+    assert outcome.exit_code == 0
+    assert set(outcome.results["status"]) <= {"scored", "rejected"}
+    paid = paid_rows(outcome)
+    after_charge = proxy.actions["500"] + proxy.actions["503"] + proxy.actions["drop"]
+    assert after_charge > paid // 10  # about 20% of the distinct requests
+    assert proxy.actions["429"] > 3
+    charges = charges_by_key(service.ledger.entries("acme"))
+    assert len(charges) == paid
+    assert set(charges.values()) == {1}  # one charge per distinct row: retries were replayed
+    assert service.balance() == 10_000 - paid
+    assert outcome.results["decisions_used"].sum() == paid
+
+
+def test_402_mid_run_then_topup_then_same_run_pays_each_row_once(tmp_path, service, small):
+    drained = False
+
+    def colleague_spends_the_rest(requests_seen: int) -> None:
+        nonlocal drained
+        if requests_seen == 60 and not drained:
+            drained = True
+            service.ledger.charge("acme", ChargeRequest(cost=service.balance() - 10))
+
+    journal_path = tmp_path / "run.journal"
+    out = tmp_path / "out.parquet"
+    with running_proxy(service.url, lambda k, a: "pass", colleague_spends_the_rest) as proxy:
+        first = score_remote(
+            remote(proxy.url, service.key), out, journal=Journal(journal_path), source=small
+        )
+        assert first.exit_code == 3
+        statuses = first.summary.counts_by_status
+        assert statuses["skipped"] > 0 and statuses["failed"] == 0
+        skipped = first.results.filter(pl.col("status") == "skipped")
+        assert skipped["error_code"].unique().to_list() == ["insufficient_decisions"]
+        assert "run the same command again" in skipped["error_message"][0]
+        assert proxy.requests < 60 + 10 + 8  # stopped sending: no retry storm on 402
+
+        service.ledger.topup("acme", 1_000)
+        second = score_remote(
+            remote(proxy.url, service.key), out, journal=Journal(journal_path), source=small
+        )
+    assert second.exit_code == 0
+    assert set(second.results["status"]) <= {"scored", "rejected"}
+    charges = charges_by_key(service.ledger.entries("acme"))
+    ours = {k: v for k, v in charges.items() if k != "None"}  # not the colleague's charge
+    assert len(ours) == paid_rows(second) and set(ours.values()) == {1}
+
+
+def test_reserve_leaves_decisions_in_the_shared_balance(tmp_path, engine, small):
+    with running_service(tmp_path, engine, balance=100) as service:
+        outcome = score_remote(
+            remote(service.url, service.key, reserve=30, concurrency=8),
+            tmp_path / "o.parquet",
+            source=small,
+        )
+        assert service.balance() == 30
+    assert paid_rows(outcome) == 70
+    assert outcome.exit_code == 3
+    assert outcome.summary.balance_after == 30
+
+
+def test_balance_runs_out_without_a_402(tmp_path, engine, small):
+    with running_service(tmp_path, engine, balance=50) as service:
+        with running_proxy(service.url, lambda k, a: "pass") as proxy:
+            scorer = remote(proxy.url, service.key, concurrency=8)
+            outcome = score_remote(scorer, tmp_path / "o.parquet", source=small)
+        assert service.balance() == 0
+    assert proxy.requests == 50  # stopped when the known balance could not pay: no 402 sent
+    assert scorer.balance() == 0
+    assert paid_rows(outcome) == 50 and outcome.exit_code == 3
+
+
+def test_a_refused_key_stops_the_run_at_once(tmp_path, service, small):
+    wrong = service.key[:-4] + ("aaaa" if not service.key.endswith("aaaa") else "bbbb")
+    with running_proxy(service.url, lambda k, a: "pass") as proxy:
+        scorer = remote(proxy.url, wrong, concurrency=8)
+        outcome = score_remote(scorer, tmp_path / "o.csv", source=small)
+    assert proxy.requests <= 8  # those in flight when the first 401 came
+    assert scorer.stopped_by == "invalid_api_key"
+    failed = outcome.results.filter(pl.col("status") == "failed")
+    assert failed.height == outcome.results.filter(pl.col("error_field").is_null()).height
+    assert set(failed["error_code"]) == {"invalid_api_key"}
+    assert (
+        "the API key was refused (wrong or revoked); set DECISIONS_API_KEY"
+        in (failed["error_message"][0])
+    )
+    assert outcome.exit_code == 1
+    assert service.balance() == 10_000
+
+
+def test_the_key_is_never_sent_after_a_redirect(tmp_path, service, small):
+    """A service that redirects to another host gets no key there: redirects are not followed."""
+    with running_proxy(service.url, lambda k, a: "pass") as elsewhere:
+        target = elsewhere.url.replace("127.0.0.1", "localhost") + "/v1/decisions"
+
+        from fastapi import FastAPI
+        from starlette.responses import RedirectResponse
+
+        from pipeline.service.server import BackgroundServer
+
+        app = FastAPI()
+
+        @app.post("/v1/decisions")
+        async def moved() -> RedirectResponse:
+            return RedirectResponse(target, status_code=307)
+
+        with BackgroundServer(app) as redirecting:
+            scorer = remote(redirecting, service.key)
+            outcome = score_remote(scorer, tmp_path / "o.csv", source=small)
+    assert elsewhere.requests == 0
+    assert scorer.stopped_by == "unexpected_redirect"
+    assert outcome.exit_code == 1
+    assert service.balance() == 10_000
+
+
+def test_canary_key_shows_nowhere(tmp_path, service, caplog, small):
+    caplog.set_level(logging.DEBUG)
+    outputs = [tmp_path / f"scored.{ext}" for ext in ("xlsx", "csv", "parquet")]
+    journal = Journal(tmp_path / "journals" / "run.journal")
+    key = service.key
+
+    def decide(k: str, attempt: int) -> str:
+        return "503" if attempt == 1 and hash(k) % 5 == 0 else "pass"
+
+    with running_proxy(service.url, decide) as proxy:
+        scorer = remote(proxy.url, key, concurrency=4)
+        options = BatchOptions(input=small, outputs=outputs, reasoning="all")
+        with scorer:
+            outcome = run_batch(options, scorer, journal=journal)
+        refused = remote(proxy.url, key[:-4] + "zzzz")
+        with refused:
+            run_batch(BatchOptions(input=small, outputs=[tmp_path / "refused.csv"]), refused)
+    assert isinstance(outcome, BatchOutcome) and outcome.exit_code == 0
+    journal.close()
+    secret = key.removeprefix("sk-")
+    texts = [caplog.text, repr(scorer), str(scorer), repr(ApiKey(key)), f"{ApiKey(key)}"]
+    texts += [str(v) for v in vars(outcome.summary).values()]
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and path.name != "ledger.db":  # the service's own ledger
+            data = path.read_bytes()
+            assert secret.encode() not in data, path
+            if path.suffix == ".xlsx":
+                with zipfile.ZipFile(path) as archive:
+                    texts += [
+                        archive.read(n).decode("utf-8", "replace") for n in archive.namelist()
+                    ]
+            if path.suffix == ".parquet":
+                texts.append(pl.read_parquet(path).write_csv())
+    assert not [t for t in texts if secret in t]
+    with pytest.raises(TypeError):
+        pickle.dumps(ApiKey(key))
+
+
+# -- options -----------------------------------------------------------------------------------
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_remote_options(parser)
+    return parser.parse_args(argv)
+
+
+def test_no_url_means_embedded():
+    assert remote_scorer_from_args(parse(), Settings(), env={}) is None
+
+
+def test_the_key_comes_from_env_or_a_file(tmp_path):
+    with remote_scorer_from_args(
+        parse("--api-url", "http://127.0.0.1:9", "--concurrency", "32", "--reserve", "5"),
+        Settings(),
+        env={"DECISIONS_API_KEY": "sk-canary-env"},
+    ) as scorer:
+        assert scorer.config.concurrency == 32 and scorer.reserve == 5
+        assert "sk-canary" not in repr(scorer)
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-canary-file\n")
+    scorer = remote_scorer_from_args(
+        parse("--api-key-file", str(key_file)),
+        Settings(),
+        env={"DECISIONS_API_URL": "https://api.example.com"},
+    )
+    assert scorer is not None and scorer.version == "remote:https://api.example.com/"
+
+
+def test_a_url_without_a_key_names_both_ways():
+    with pytest.raises(UsageError, match=r"DECISIONS_API_KEY.*--api-key-file"):
+        remote_scorer_from_args(parse("--api-url", "http://127.0.0.1:9"), Settings(), env={})
+
+
+def test_the_key_is_refused_on_the_command_line(capsys):
+    with pytest.raises(SystemExit) as exited:
+        parse("--api-key", "sk-canary-argv")
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "never accepted on the command line" in err and "sk-canary-argv" not in err
+
+
+def test_a_key_given_as_the_key_file_is_not_echoed():
+    with pytest.raises(UsageError) as raised:
+        remote_scorer_from_args(
+            parse("--api-url", "http://127.0.0.1:9", "--api-key-file", "sk-canary-path"),
+            Settings(),
+            env={},
+        )
+    assert "sk-canary" not in str(raised.value)
+
+
+def test_credentials_in_the_url_are_refused():
+    with pytest.raises(UsageError) as raised:
+        remote_scorer_from_args(
+            parse("--api-url", "https://user:sk-canary@api.example.com"),
+            Settings(),
+            env={"DECISIONS_API_KEY": "sk-x"},
+        )
+    assert "sk-canary" not in str(raised.value)
