@@ -1,0 +1,187 @@
+"""The retry policy: what is retried, bounds, the shared Retry-After pause, the testing switch.
+
+The scorer is driven through an injected httpx.AsyncClient on a MockTransport (the seam).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import polars as pl
+import pytest
+
+from pipeline.batch.budget import Budget
+from pipeline.batch.scorers import retry
+from pipeline.batch.scorers.http import ApiKey, HttpScorer, RemoteConfig
+from pipeline.batch.scorers.retry import RetryPolicy, retry_after_s, set_testing
+from pipeline.engine.schema import REQUEST_SCHEMA
+
+DECISION = {
+    "verdict": "match",
+    "score": 80,
+    "breakdown": {
+        b: {"score": 80, "status": "pass"} for b in ("price", "location", "size", "details")
+    },
+    "price_per_sqm": 6000.0,
+    "benchmark": None,
+    "decisions_used": 1,
+    "decisions_remaining": 500,
+}
+
+
+@pytest.fixture(autouse=True)
+def no_sleeps() -> Iterator[None]:
+    set_testing(True)
+    yield
+    set_testing(False)
+
+
+def requests(n: int) -> pl.DataFrame:
+    row = {c: None for c in REQUEST_SCHEMA} | {
+        "type": "apartment",
+        "price": 900000.0,
+        "area": 150.0,
+        "city": "Riyadh",
+        "reasoning": False,
+    }
+    frame = pl.DataFrame([row] * n, schema=REQUEST_SCHEMA)
+    return frame.with_columns(
+        request_id=pl.int_range(1, n + 1, dtype=pl.Int64),
+        cost=pl.lit(1, pl.Int64),
+        idempotency_key=pl.format("key-{}", pl.int_range(1, n + 1)),
+    )
+
+
+def scorer_with(handler: Callable[[httpx.Request], httpx.Response], **config: object) -> HttpScorer:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    options = {"retry": RetryPolicy(attempts=4)} | config
+    return HttpScorer(
+        RemoteConfig(base_url="http://service.test", **options),  # type: ignore[arg-type]
+        ApiKey("sk-test"),
+        client=client,
+    )
+
+
+def run(scorer: HttpScorer, n: int = 1) -> pl.DataFrame:
+    with scorer:
+        return scorer.score(requests(n), budget=Budget(None))
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
+def test_retryable_statuses_are_retried_with_the_same_key(status):
+    seen: list[tuple[str | None, bytes]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.headers.get("idempotency-key"), request.content))
+        return httpx.Response(status if len(seen) < 3 else 200, json=DECISION)
+
+    result = run(scorer_with(handler))
+    assert result["status"].to_list() == ["scored"]
+    assert len(seen) == 3 and len(set(seen)) == 1
+
+
+def test_connection_errors_are_retried_then_fail_after_the_bound():
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        raise httpx.ConnectError("refused")
+
+    result = run(scorer_with(handler))
+    assert calls == 4
+    assert result.row(0, named=True)["error_code"] == "service_unavailable"
+    assert "run the same command again" in result["error_message"][0]
+
+
+@pytest.mark.parametrize("status", [400, 403, 413, 415])
+def test_other_errors_are_not_retried(status):
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(status, json={"error": "nope", "message": "no"})
+
+    result = run(scorer_with(handler), n=3)
+    assert calls == 3  # once per row
+    assert result["status"].to_list() == ["failed"] * 3
+
+
+def test_422_rejects_the_row_with_field_and_message():
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = {
+            "error": "validation_error",
+            "message": "area must be > 0",
+            "field": "property.area",
+        }
+        return httpx.Response(422, json=body)
+
+    row = run(scorer_with(handler)).row(0, named=True)
+    assert (row["status"], row["error_field"], row["error_message"]) == (
+        "rejected",
+        "property.area",
+        "area must be > 0",
+    )
+
+
+def test_409_in_progress_waits_and_retries_with_the_same_key():
+    answers = iter([409, 409, 200])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(next(answers), json=DECISION, headers={"Retry-After": "1"})
+
+    assert run(scorer_with(handler))["status"].to_list() == ["scored"]
+
+
+def test_tenacity_stays_off_the_path_when_nothing_fails(monkeypatch):
+    def no_tenacity(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tenacity entered without a failure")
+
+    monkeypatch.setattr(retry, "AsyncRetrying", no_tenacity)
+    result = run(scorer_with(lambda r: httpx.Response(200, json=DECISION)), n=20)
+    assert result["status"].to_list() == ["scored"] * 20
+
+
+def test_a_retry_after_pauses_every_worker():
+    """Testing mode off: one 429 with Retry-After: 1 holds back the other workers' requests."""
+    set_testing(False)
+    sent_at: list[float] = []
+    first_429: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        now = time.monotonic()
+        if not first_429:
+            first_429.append(now)
+            return httpx.Response(429, json={"error": "rate_limited"}, headers={"Retry-After": "1"})
+        sent_at.append(now)
+        return httpx.Response(200, json=DECISION)
+
+    result = run(scorer_with(handler, concurrency=1), n=4)
+    assert result["status"].to_list() == ["scored"] * 4
+    assert min(sent_at) - first_429[0] >= 0.9
+
+
+def test_retry_after_forms():
+    def response(value: str) -> httpx.Response:
+        return httpx.Response(429, headers={"Retry-After": value})
+
+    assert retry_after_s(response("7"), 300) == 7
+    assert retry_after_s(response("7000"), 300) == 300
+    assert retry_after_s(response("soon"), 300) is None
+    assert 0 <= retry_after_s(response("Wed, 21 Oct 2015 07:28:00 GMT"), 300) <= 0  # past date
+
+
+def test_balance_is_the_lowest_seen_and_stops_sending():
+    remaining = iter([9, 7, 8, 6, 5, 4, 3, 2, 1, 0])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=DECISION | {"decisions_remaining": next(remaining)})
+
+    scorer = scorer_with(handler, concurrency=1, reserve=2)
+    result = run(scorer, n=10)
+    assert scorer.balance() == 2
+    statuses = result["status"].to_list()
+    assert statuses.count("scored") == 8 and statuses.count("skipped") == 2
