@@ -6,6 +6,7 @@ from importlib import import_module
 SECTIONS = {
     "engine": "bench.bench_engine",
     "batch": "bench.bench_batch",
+    "journal": "bench.bench_journal",
     "service": "bench.bench_service",
 }
 

@@ -81,10 +81,7 @@ def _new_keys(new: pl.DataFrame, journal_id: str) -> pl.DataFrame:
         pl.col("fingerprint").str.slice(0, 24),
         pl.lit(stamp),
     )
-    keep = pl.col("state") == "planned"
-    return new.with_columns(
-        idempotency_key=pl.when(keep).then(pl.col("idempotency_key")).otherwise(fresh_key)
-    )
+    return new.with_columns(idempotency_key=fresh_key)
 
 
 def _affordable(costs: list[int], available: int | None) -> int:
@@ -113,12 +110,8 @@ class Executor:
             handled += group.height
             progress(handled, self.budget.spent)
             stop = stop or _stop_reason(answers)
-        new = triaged.new
-        if self.journal is not None and not new.is_empty():
-            new = _new_keys(new, self.journal.journal_id)
-            self.journal.plan(new)
-        elif "idempotency_key" not in new.columns or new["idempotency_key"].null_count():
-            new = _new_keys(new, uuid.uuid4().hex)
+        journal_id = self.journal.journal_id if self.journal is not None else uuid.uuid4().hex
+        new = _new_keys(triaged.new, journal_id)
         while not new.is_empty():
             if stop is not None:
                 parts.append(_with_fingerprint(skipped_rows(new, *stop), new))
@@ -161,11 +154,12 @@ class Executor:
     def _send(self, group: pl.DataFrame) -> pl.DataFrame:
         if "batch_key" not in group.columns or group["batch_key"].null_count() == group.height:
             group = group.with_columns(batch_key=pl.lit(f"batch-{uuid.uuid4().hex}"))
+        batch_key = group["batch_key"][0]
         if self.journal is not None:
-            self.journal.mark_sent(group["fingerprint"].to_list(), group["batch_key"][0])
+            self.journal.mark_sent(group, batch_key)
         answers = _with_fingerprint(self.scorer.score(group, budget=self.budget), group)
         if self.journal is not None:
-            self.journal.record(answers)
+            self.journal.record(answers, batch_key)
         return answers
 
     def _reused(self, reuse: pl.DataFrame, keep_costs: bool) -> pl.DataFrame:

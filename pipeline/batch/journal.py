@@ -5,7 +5,7 @@ SQLite file in WAL mode. Every distinct request of the file has a row keyed by i
 fingerprint (sha256 of the normalised request and the scorer's version), with its idempotency
 key and its state:
 
-    planned -> sent -> done | failed          (skipped rows go back to planned)
+    (new) -> sent -> done | failed            (a skipped row was never sent: it stays new)
 
 `sent` is written before a request leaves and `done` after its answer, so after a crash the
 rows in `sent` are exactly the ones in doubt: they are sent again under the same idempotency
@@ -36,14 +36,14 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
     fingerprint TEXT PRIMARY KEY,
     idempotency_key TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('planned', 'sent', 'done', 'failed')),
+    state TEXT NOT NULL CHECK (state IN ('sent', 'done', 'failed')),
     batch_key TEXT,
     cost INTEGER NOT NULL,
     result_file TEXT,
-    verdict TEXT,
     scored_at REAL,
     updated_at REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS requests_by_batch ON requests(batch_key);
 CREATE TABLE IF NOT EXISTS row_verdicts (
     row_number INTEGER PRIMARY KEY,
     verdict TEXT
@@ -130,20 +130,14 @@ class Journal:
 
     def states(self, fingerprints: pl.Series) -> pl.DataFrame:
         """STATE_SCHEMA rows for the fingerprints the journal knows (others are absent)."""
-        wanted = fingerprints.unique().to_list()
-        rows: list[tuple] = []
-        for start in range(0, len(wanted), 20_000):
-            part = wanted[start : start + 20_000]
-            self._db.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS wanted (fingerprint TEXT PRIMARY KEY)"
-            )
-            self._db.execute("DELETE FROM wanted")
-            self._db.executemany("INSERT OR IGNORE INTO wanted VALUES (?)", ((f,) for f in part))
-            rows += self._db.execute(
-                "SELECT r.fingerprint, r.idempotency_key, r.state, r.batch_key, r.result_file,"
-                " r.scored_at FROM requests r JOIN wanted w USING (fingerprint)"
-            ).fetchall()
-        return pl.DataFrame(rows, schema=STATE_SCHEMA, orient="row")
+        cursor = self._db.execute(
+            "SELECT fingerprint, idempotency_key, state, batch_key, result_file, scored_at"
+            " FROM requests"
+        )
+        known = pl.DataFrame(cursor.fetchall(), schema=STATE_SCHEMA, orient="row")
+        return known.join(
+            fingerprints.unique().to_frame("fingerprint"), on="fingerprint", how="semi"
+        )
 
     def results(self, done: pl.DataFrame) -> pl.DataFrame:
         """The stored answers of `done` rows (fingerprint, result_file): fingerprint + columns."""
@@ -163,63 +157,62 @@ class Journal:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def plan(self, rows: pl.DataFrame) -> None:
-        """Record new requests (fingerprint, idempotency_key, cost) as planned."""
+    def mark_sent(self, rows: pl.DataFrame, batch_key: str) -> None:
+        """Written before the requests leave (fingerprint, idempotency_key, cost per row): from
+        here on a crash leaves them in doubt, to be resent under the same keys."""
         now = time.time()
         with self._transaction() as db:
             db.executemany(
-                "INSERT INTO requests (fingerprint, idempotency_key, state, cost, updated_at)"
-                " VALUES (?, ?, 'planned', ?, ?) ON CONFLICT (fingerprint) DO UPDATE SET"
-                " idempotency_key = excluded.idempotency_key, state = 'planned',"
-                " cost = excluded.cost, batch_key = NULL, updated_at = excluded.updated_at",
+                "INSERT OR REPLACE INTO requests (fingerprint, idempotency_key, state, batch_key,"
+                " cost, updated_at) VALUES (?, ?, 'sent', ?, ?, ?)",
                 (
-                    (f, k, c, now)
+                    (f, k, batch_key, c, now)
                     for f, k, c in rows.select("fingerprint", "idempotency_key", "cost").iter_rows()
                 ),
             )
 
-    def mark_sent(self, fingerprints: list[str], batch_key: str) -> None:
-        """Written before the requests leave: from here on a crash leaves them in doubt."""
-        now = time.time()
-        with self._transaction() as db:
-            db.executemany(
-                "UPDATE requests SET state = 'sent', batch_key = ?, updated_at = ?"
-                " WHERE fingerprint = ?",
-                ((batch_key, now, f) for f in fingerprints),
-            )
+    def record(self, answers: pl.DataFrame, batch_key: str) -> None:
+        """Store a batch's answers (fingerprint + result columns + status), then its states.
 
-    def record(self, answers: pl.DataFrame) -> None:
-        """Store the answers (fingerprint + result columns + status), then move the states.
-
-        scored and rejected rows become done (their answer is final), skipped rows planned
-        again (nothing was charged), failed rows failed (retried under the same key later).
+        scored and rejected rows become done (their answer is final); skipped rows are
+        forgotten (nothing was charged: they are new again next run); failed rows stay in
+        doubt as failed, to be resent under the same key.
         """
         if answers.is_empty():
             return
         final = answers.filter(pl.col("status").is_in(["scored", "rejected"]))
-        file_name = None
         now = time.time()
+        file_name = None
         if not final.is_empty():
             file_name = f"{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
             target = self.results_dir / file_name
             temporary = target.with_suffix(".tmp")
             final.with_columns(scored_at=pl.lit(now)).write_parquet(temporary)
             temporary.replace(target)
-        states = answers.select(
-            "fingerprint",
-            pl.col("verdict"),
-            state=pl.col("status").replace_strict(
-                {"scored": "done", "rejected": "done", "skipped": "planned", "failed": "failed"}
-            ),
-        )
+        others = answers.filter(~pl.col("status").is_in(["scored", "rejected"]))
         with self._transaction() as db:
+            db.execute(
+                "UPDATE requests SET state = 'done', result_file = ?, scored_at = ?,"
+                " updated_at = ? WHERE batch_key = ?",
+                (file_name, now, now, batch_key),
+            )
             db.executemany(
-                "UPDATE requests SET state = ?, result_file = CASE WHEN ? = 'done' THEN ?"
-                " ELSE result_file END, verdict = ?, scored_at = CASE WHEN ? = 'done' THEN ?"
-                " ELSE scored_at END, updated_at = ? WHERE fingerprint = ?",
+                "DELETE FROM requests WHERE fingerprint = ?",
                 (
-                    (state, state, file_name, verdict, state, now, now, fingerprint)
-                    for fingerprint, verdict, state in states.iter_rows()
+                    (f,)
+                    for (f,) in others.filter(pl.col("status") == "skipped")
+                    .select("fingerprint")
+                    .iter_rows()
+                ),
+            )
+            db.executemany(
+                "UPDATE requests SET state = 'failed', result_file = NULL, scored_at = NULL,"
+                " updated_at = ? WHERE fingerprint = ?",
+                (
+                    (now, f)
+                    for (f,) in others.filter(pl.col("status") == "failed")
+                    .select("fingerprint")
+                    .iter_rows()
                 ),
             )
 
