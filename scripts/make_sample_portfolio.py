@@ -260,7 +260,7 @@ def load_markets() -> dict:
         "districts": districts,
         "averages": {
             (city_of_key.get(r["city_key"] or "", ""), r["type"]): float(r["avg_sqm"])
-            for r in averages.iter_rows(named=True)
+            for r in averages.filter(pl.col("level") != "district").iter_rows(named=True)
         },
     }
 

@@ -82,6 +82,10 @@ def _place_ar(row: Mapping[str, Any]) -> str:
     return f"مدينة {city}"
 
 
+def _city_ar(row: Mapping[str, Any]) -> str:
+    return row.get("benchmark_city_ar") or row["city"]
+
+
 def adjusted(row: Mapping[str, Any], name: str) -> float:
     """A benchmark percentile scaled to the property type, as the price bucket uses it."""
     return row[f"benchmark_{name}_sqm"] * (row.get("type_factor") or 1.0)
@@ -152,7 +156,7 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     )
     ar = (
         f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {side_ar} بنسبة {abs(diff):.0f}% من الوسيط "
-        f"البالغ {_sar(median)} ريال للمتر لـ{_TYPE_AR[kind]} في {_place_ar(row)}، {band_ar}. "
+        f"البالغ {_sar(median)} ريال للمتر لل{_TYPE_AR[kind][2:]} في {_place_ar(row)}، {band_ar}. "
         f"وهذا الوسيط هو وسيط جميع الصفقات في المنطقة ({count:,} صفقة في {year}، "
         f"{_sar(all_deeds)} ريال للمتر) مضروباً في {factor:.2f}، وهو مستوى أسعار "
         f"{_TYPE_AR_PLURAL[kind]} مقارنة بجميع الصفقات هناك."
@@ -174,8 +178,9 @@ def _market_average_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[s
     diff = _pct_diff(row["price_per_sqm"], average)
     side_en = "below" if diff < 0 else "above"
     side_ar = "أقل" if diff < 0 else "أعلى"
-    where_en = row["city"] if row.get("market_avg_level") == "city" else "Saudi Arabia"
-    where_ar = f"مدينة {row['city']}" if row.get("market_avg_level") == "city" else "المملكة"
+    level = row.get("market_avg_level")
+    where_en = {"district": _place(row), "city": row["city"]}.get(level, "Saudi Arabia")
+    where_ar = {"district": _place_ar(row), "city": f"مدينة {_city_ar(row)}"}.get(level, "المملكة")
     kind = row["type"]
     return (
         [

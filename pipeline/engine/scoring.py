@@ -133,7 +133,8 @@ def area_is_unusual() -> pl.Expr:
 
 
 def size_bucket() -> pl.Expr:
-    """Price per m2 against the market average for the property type in the city."""
+    """Price per m2 against the market average for the property type in the district (else the
+    city, else the country)."""
     ratio = _ppsqm() / pl.col("market_avg_sqm")
     score = (
         pl.when(pl.col("market_avg_sqm").is_null())
