@@ -175,6 +175,8 @@ def _per_distinct(
     if len(cells) <= _SAMPLE or sample.n_unique() * 2 > len(sample):
         return transform(cells).cast(dtype)
     distinct = cells.unique().drop_nulls()
+    if distinct.is_empty():  # replace_strict would keep the text dtype of an all-null column
+        return pl.Series(cells.name, [None] * len(cells), dtype=dtype)
     return cells.replace_strict(distinct, transform(distinct).cast(dtype), return_dtype=dtype)
 
 
