@@ -8,6 +8,7 @@ SECTIONS = {
     "batch": "bench.bench_batch",
     "journal": "bench.bench_journal",
     "service": "bench.bench_service",
+    "remote": "bench.bench_remote",
 }
 
 wanted = sys.argv[1:] or list(SECTIONS)

@@ -8,6 +8,7 @@ row; the key must never show anywhere.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import pickle
 import zipfile
@@ -338,3 +339,32 @@ def test_credentials_in_the_url_are_refused():
             env={"DECISIONS_API_KEY": "sk-x"},
         )
     assert "sk-canary" not in str(raised.value)
+
+
+def test_the_score_command_scores_through_the_service(tmp_path, service, monkeypatch, capsys):
+    from pipeline.cli import main
+
+    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+    out = tmp_path / "remote.csv"
+    argv = ["score", str(PORTFOLIO), "-o", str(out), "--api-url", service.url,
+            "--journal", str(tmp_path / "job.journal"), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["decisions_spent"] == 360 == 10_000 - service.balance()
+    assert summary["balance_after"] == service.balance()
+    assert main(argv) == 0  # the journal answers the rerun: nothing sent, nothing paid
+    assert json.loads(capsys.readouterr().out)["decisions_spent"] == 0
+    assert service.balance() == 10_000 - 360
+    assert service.key not in out.read_text(encoding="utf-8-sig")
+
+
+def test_a_refused_key_exits_1_and_says_why(tmp_path, service, monkeypatch, capsys):
+    from pipeline.cli import main
+
+    monkeypatch.setenv("DECISIONS_API_KEY", "sk-" + "a" * 40)
+    out = tmp_path / "remote.csv"
+    code = main(["score", str(PORTFOLIO), "-o", str(out), "--api-url", service.url,
+                 "--journal", str(tmp_path / "job.journal"), "--quiet"])  # fmt: skip
+    assert code == 1
+    assert "the API key was refused" in capsys.readouterr().err
+    assert service.balance() == 10_000

@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import BatchOptions, BatchOutcome, Plan, run_batch
+from pipeline.batch.scorers.remote_options import add_remote_options
 from pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from pipeline.batch.scorers.local import LocalScorer
 
 
 def default_output(input_path: Path) -> Path:
@@ -56,6 +61,7 @@ def add_score_command(commands: Any) -> None:
     score.add_argument(
         "--manifest", type=Path, help="also write the run's summary as JSON to this file"
     )
+    add_remote_options(score)
     score.set_defaults(handler=cmd_score)
 
 
@@ -85,13 +91,25 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     return cmd_score(score_args, settings)
 
 
-def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.batch.journal import Journal, job_lock, journal_path
-    from pipeline.batch.scorers.local import LocalScorer
+def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[LocalScorer, str]:
     from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine
-    from pipeline.errors import UsageError
     from pipeline.ledger.sqlite import open_local_ledger
+
+    # The job lock keeps a second run of this job out, so a charge of ours still marked in
+    # flight belongs to a run that died: replay it at once instead of waiting.
+    ledger = open_local_ledger(settings, args.db, stale_in_flight_s=0)
+    workspace = args.workspace or settings.ledger.workspace
+    ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
+    engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
+    scorer = LocalScorer(engine, ledger, workspace=workspace, chunk_rows=settings.batch.chunk_rows)
+    return scorer, workspace
+
+
+def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.batch.journal import Journal, job_lock, journal_path
+    from pipeline.batch.scorers.remote_options import remote_scorer_from_args
+    from pipeline.errors import UsageError
 
     if args.budget is not None and args.budget < 0:
         raise UsageError("--budget must be 0 or more decisions")
@@ -106,19 +124,18 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         sheet=int(args.sheet) if args.sheet and args.sheet.isdigit() else args.sheet,
         csv_bom=not args.no_bom,
     )
-    # The job lock below keeps a second run of this job out, so a charge of ours still marked
-    # in flight belongs to a run that died: replay it at once instead of waiting.
-    ledger = open_local_ledger(settings, args.db, stale_in_flight_s=0)
-    workspace = args.workspace or settings.ledger.workspace
-    ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
-    engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
-    scorer = LocalScorer(engine, ledger, workspace=workspace, chunk_rows=settings.batch.chunk_rows)
-    target = f"embedded:{ledger.path.resolve()}:{workspace}"
+    remote = remote_scorer_from_args(args, settings)
+    if remote is not None:
+        scorer, workspace = remote, args.workspace
+        target = f"{remote.version}:{args.workspace or ''}"
+    else:
+        scorer, workspace = _embedded_scorer(args, settings)
+        target = f"{scorer.version}:{scorer.ledger.path.resolve()}:{workspace}"
     path = args.journal or journal_path(
         settings.resolve(settings.batch.journal_dir), args.input, target
     )
     progress = ProgressReporter(quiet=args.quiet or args.json)
-    with job_lock(path):
+    with job_lock(path), remote or nullcontext():
         journal = Journal(path)
         if args.fresh and not args.dry_run:
             journal.reset()
@@ -133,6 +150,8 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         )
         journal.close()
     progress.finish()
+    if remote is not None and remote.stop_message:
+        print(f"decisions: error: {remote.stop_message}", file=sys.stderr)
     if isinstance(outcome, Plan):
         print_plan(outcome, as_json=args.json)
         return 0
