@@ -92,6 +92,7 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[LocalScorer, str]:
+    from pipeline.batch.scorers.local import LocalScorer
     from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine
     from pipeline.ledger.sqlite import open_local_ledger
