@@ -237,3 +237,18 @@ def test_kill_9_at_many_points_never_charges_twice_and_ends_identical(tmp_path):
 def _unfinished(job: Job) -> bool:
     with sqlite3.connect(job.journal) as db:
         return db.execute("SELECT 1 FROM meta WHERE name = 'open_run'").fetchone() is not None
+
+
+def test_compaction_keeps_every_fresh_answer(tmp_path, monkeypatch):
+    from pipeline.batch import journal as journal_module
+
+    monkeypatch.setattr(journal_module, "COMPACT_AFTER_BATCHES", 0)
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv", "--budget", "100") == 3  # leaves batches behind
+    assert job.score(SAMPLE / "portfolio.csv") == 0  # finishes, compacts
+    files = sorted(p.name for p in Path(job.journal).with_suffix(".results").glob("*.parquet"))
+    assert len(files) == 3 and "verdicts.parquet" in files
+    first = job.results()
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.charged() == DISTINCT_VALID
+    assert job.results().drop("decisions_used").equals(first.drop("decisions_used"))

@@ -146,8 +146,12 @@ class Executor:
     def _doubt_groups(self, in_doubt: pl.DataFrame) -> list[pl.DataFrame]:
         if in_doubt.is_empty():
             return []
+        # A batch that left and never came back goes again whole, under its own key (the key of
+        # an embedded charge); rows whose retries ran out go again together in a new batch,
+        # each under its own idempotency key.
+        retry = f"retry-{uuid.uuid4().hex}"
         keyed = in_doubt.with_columns(
-            batch_key=pl.coalesce("batch_key", pl.format("retry-{}", pl.col("idempotency_key")))
+            batch_key=pl.when(pl.col("state") == "sent").then("batch_key").otherwise(pl.lit(retry))
         )
         return [group for _, group in keyed.group_by("batch_key", maintain_order=True)]
 

@@ -414,6 +414,6 @@ def run_batch(
     if journal is not None:
         journal.save_verdicts(results)
         if exit_code == EXIT_OK:
-            journal.finish_run()
+            journal.finish_run(freshness_days)
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
