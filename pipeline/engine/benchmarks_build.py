@@ -562,47 +562,38 @@ def _finish_benchmarks(bench: pl.DataFrame) -> pl.DataFrame:
     ).sort(["city_key", "district_key"], nulls_last=False)
 
 
-def _finish_market(rows: pl.DataFrame) -> pl.DataFrame:
-    """National rows, then city rows, then district rows (as in type_factors.csv)."""
+def _by_place_and_type(rows: pl.DataFrame) -> pl.DataFrame:
+    """National rows, then city rows, then district rows; the spec's type order within each."""
     order = {t: i for i, t in enumerate(TYPE_ORDER)}
     levels = {"national": 0, "city": 1, "district": 2}
-    return (
-        rows.with_columns(
-            _order=pl.col("type").replace_strict(order, return_dtype=pl.Int64),
-            _level=pl.col("level").replace_strict(levels, return_dtype=pl.Int64),
-        )
-        .sort(["_level", "city_key", "district_key", "_order"], nulls_last=False)
-        .select(
-            pl.col("city_key"),
-            pl.col("district_key"),
-            pl.col("type"),
-            pl.col("avg_sqm").round(2),
-            pl.col("deed_count").cast(pl.Int64),
-            pl.col("year").cast(pl.Int64),
-            pl.col("level"),
-        )
+    return rows.with_columns(
+        _order=pl.col("type").replace_strict(order, return_dtype=pl.Int64),
+        _level=pl.col("level").replace_strict(levels, return_dtype=pl.Int64),
+    ).sort(["_level", "city_key", "district_key", "_order"], nulls_last=False)
+
+
+def _finish_market(rows: pl.DataFrame) -> pl.DataFrame:
+    return _by_place_and_type(rows).select(
+        pl.col("city_key"),
+        pl.col("district_key"),
+        pl.col("type"),
+        pl.col("avg_sqm").round(2),
+        pl.col("deed_count").cast(pl.Int64),
+        pl.col("year").cast(pl.Int64),
+        pl.col("level"),
     )
 
 
 def _finish_type_factors(rows: pl.DataFrame) -> pl.DataFrame:
-    order = {t: i for i, t in enumerate(TYPE_ORDER)}
-    levels = {"national": 0, "city": 1, "district": 2}
-    return (
-        rows.with_columns(
-            _order=pl.col("type").replace_strict(order, return_dtype=pl.Int64),
-            _level=pl.col("level").replace_strict(levels, return_dtype=pl.Int64),
-        )
-        .sort(["_level", "city_key", "district_key", "_order"], nulls_last=False)
-        .select(
-            pl.col("city_key"),
-            pl.col("district_key"),
-            pl.col("type"),
-            pl.col("factor").round(3),
-            pl.col("type_deeds").cast(pl.Int64),
-            pl.col("all_deeds").cast(pl.Int64),
-            pl.col("year").cast(pl.Int64),
-            pl.col("level"),
-        )
+    return _by_place_and_type(rows).select(
+        pl.col("city_key"),
+        pl.col("district_key"),
+        pl.col("type"),
+        pl.col("factor").round(3),
+        pl.col("type_deeds").cast(pl.Int64),
+        pl.col("all_deeds").cast(pl.Int64),
+        pl.col("year").cast(pl.Int64),
+        pl.col("level"),
     )
 
 

@@ -18,13 +18,13 @@ import hmac
 import re
 import secrets
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, get_args
 
 from pipeline.errors import PipelineError, UnknownWorkspace, UsageError
+from pipeline.ledger.connection import ThreadConnections
 
 AccountType = Literal["broker", "agency", "buyer", "seller"]
 ACCOUNT_TYPES: tuple[str, ...] = get_args(AccountType)
@@ -162,27 +162,14 @@ def hash_key(key: str) -> str:
 class SqliteAccounts:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self._local = threading.local()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._connections = ThreadConnections(self.path)
         self._connection().executescript(_SCHEMA)
 
     def _connection(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            try:
-                db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA foreign_keys=ON")
-            except sqlite3.Error as exc:
-                raise UsageError(f"cannot open the ledger database {self.path}: {exc}") from exc
-            self._local.db = db
-        return db
+        return self._connections.get()
 
     def close(self) -> None:
-        db = getattr(self._local, "db", None)
-        if db is not None:
-            db.close()
-            self._local.db = None
+        self._connections.close()
 
     def create_account(self, name: str, workspace: str, type: str) -> Account:
         if type not in ACCOUNT_TYPES:

@@ -8,7 +8,6 @@ owner reconciles (the sum of the entries equals the balance).
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from pipeline.errors import (
     UsageError,
 )
 from pipeline.ledger.base import Charge, ChargeRequest, Workspace
+from pipeline.ledger.connection import ThreadConnections
 from pipeline.settings import Settings, db_path
 
 # An in-flight request older than this is taken to have died (a killed process): its charge
@@ -67,24 +67,13 @@ class SqliteLedger:
     def __init__(self, path: Path | str, *, stale_in_flight_s: float = STALE_IN_FLIGHT_S) -> None:
         self.path = Path(path)
         self.stale_in_flight_s = stale_in_flight_s
-        self._local = threading.local()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._connections = ThreadConnections(self.path)
         self._connection().executescript(_SCHEMA)
 
     # -- connections -------------------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            try:
-                db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=FULL")
-                db.execute("PRAGMA foreign_keys=ON")
-            except sqlite3.Error as exc:
-                raise UsageError(f"cannot open the ledger database {self.path}: {exc}") from exc
-            self._local.db = db
-        return db
+        return self._connections.get()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -99,10 +88,7 @@ class SqliteLedger:
             db.execute("COMMIT")
 
     def close(self) -> None:
-        db = getattr(self._local, "db", None)
-        if db is not None:
-            db.close()
-            self._local.db = None
+        self._connections.close()
 
     # -- workspaces --------------------------------------------------------------------------
 
