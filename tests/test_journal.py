@@ -247,8 +247,19 @@ def test_compaction_keeps_every_fresh_answer(tmp_path, monkeypatch):
     assert job.score(SAMPLE / "portfolio.csv", "--budget", "100") == 3  # leaves batches behind
     assert job.score(SAMPLE / "portfolio.csv") == 0  # finishes, compacts
     files = sorted(p.name for p in Path(job.journal).with_suffix(".results").glob("*.parquet"))
-    assert len(files) == 3 and "verdicts.parquet" in files
+    assert len(files) == 5 and sum(".answers." in f for f in files) == 1
     first = job.results()
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID
     assert job.results().drop("decisions_used").equals(first.drop("decisions_used"))
+
+
+def test_an_unchanged_file_is_answered_from_the_last_run_until_answers_go_stale(tmp_path):
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    first = job.results()
+    assert job.score(SAMPLE / "portfolio.csv", "--reasoning", "all") == 0  # other options: a run
+    assert job.charged() == 2 * DISTINCT_VALID + 2 * DISTINCT_VALID  # 1 + 3 per listing
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.results().drop("decisions_used").equals(first.drop("decisions_used"))
+    assert job.charged() == 4 * DISTINCT_VALID

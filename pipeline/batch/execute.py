@@ -97,6 +97,7 @@ class Executor:
     budget: Budget
     reserve: int = 0
     reused: int = 0  # requests answered from the journal, over every pass
+    oldest_reused: float = float("inf")  # when the oldest answer reused was scored
 
     def run(self, triaged: Triage, progress: StageProgress, *, keep_costs: bool) -> pl.DataFrame:
         """OUTPUT_SCHEMA rows for every request of `triaged`, plus `fingerprint`."""
@@ -170,6 +171,7 @@ class Executor:
         if reuse.is_empty() or self.journal is None:
             return _empty()
         stored = self.journal.results(reuse.select("fingerprint", "result_file"))
+        self.oldest_reused = min(self.oldest_reused, float(stored["scored_at"].min()))
         ids = reuse.select("fingerprint", "request_id")
         answers = ids.join(stored.drop("request_id", strict=False), on="fingerprint", how="left")
         if not keep_costs:

@@ -63,6 +63,7 @@ STATE_SCHEMA: dict[str, pl.DataType] = {
 }
 _ROWS_SCHEMA = {"fingerprint": pl.String(), "idempotency_key": pl.String(), "cost": pl.Int64()}
 _FINAL = ("scored", "rejected")
+_LAST_RESULTS, _LAST_REJECTS = "last-run.results.parquet", "last-run.rejects.parquet"
 # Reading a journal costs one file pair per batch: a few nights of a large file, then compact.
 COMPACT_AFTER_BATCHES = 150
 
@@ -268,13 +269,32 @@ class Journal:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
-        live = {rows_file, answers_file, "verdicts.parquet"}
+        live = {rows_file, answers_file, "verdicts.parquet", _LAST_RESULTS, _LAST_REJECTS}
         for stale in self.files.glob("*.parquet"):
             if stale.name not in live:
                 stale.unlink()
 
+    def save_last_run(
+        self, key: str, results: pl.DataFrame, rejects: pl.DataFrame, oldest_answer: float
+    ) -> None:
+        """The complete output of a finished run, answered again while nothing changes."""
+        self._write(results, _LAST_RESULTS)
+        self._write(rejects, _LAST_REJECTS)
+        self._set_meta("last_run", f"{key} {oldest_answer!r}")
+
+    def last_run(self, key: str, fresh_after: float) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+        """The last finished run's results and rejects, if it had the same key (same input
+        bytes, options and scorer) and its oldest answer is still fresh."""
+        saved = (self._meta("last_run") or "").split(" ")
+        if len(saved) != 2 or saved[0] != key or float(saved[1]) < fresh_after:
+            return None
+        return pl.read_parquet(self.files / _LAST_RESULTS), pl.read_parquet(
+            self.files / _LAST_REJECTS
+        )
+
     def reset(self) -> None:
         """--fresh: forget every answer (charges already made stay in the ledger)."""
+        self._db.execute("DELETE FROM meta WHERE name = 'last_run'")
         self._db.execute("DELETE FROM batches")
         for stale in self.files.glob("*.parquet"):
             stale.unlink()

@@ -18,8 +18,8 @@ from typing import Literal
 import polars as pl
 
 from pipeline.batch.budget import Budget
-from pipeline.batch.columns import ColumnMap, load_column_config, map_columns
-from pipeline.batch.execute import Executor, now, triage
+from pipeline.batch.columns import DEFAULT_CONFIG, ColumnMap, load_column_config, map_columns
+from pipeline.batch.execute import SECONDS_PER_DAY, Executor, now, triage
 from pipeline.batch.fingerprint import request_fingerprints
 from pipeline.batch.journal import Journal
 from pipeline.batch.normalize import normalize, normalize_column
@@ -288,6 +288,63 @@ class Plan:
         return rows
 
 
+def _options_key(options: BatchOptions, scorer: Scorer) -> str:
+    """What, besides the input's bytes, decides a run's output: a rerun with the same key and
+    the same input can answer from the last run's output without reading the file again."""
+    config = options.config.read_bytes() if options.config else b""
+    parts = [
+        scorer.version,
+        options.reasoning,
+        str(options.encoding),
+        str(options.sheet),
+        hashlib.sha256(config).hexdigest(),
+        hashlib.sha256(DEFAULT_CONFIG.read_bytes()).hexdigest(),
+    ]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def _answer_again(
+    options: BatchOptions,
+    scorer: Scorer,
+    journal: Journal,
+    last: tuple[pl.DataFrame, pl.DataFrame],
+    fingerprint: str,
+    workspace: str | None,
+    clock: float,
+) -> BatchOutcome:
+    """An unchanged file: the last run's output again, every row at 0 decisions."""
+    results, rejects = last
+    results = results.with_columns(decisions_used=pl.lit(0, pl.Int64))
+    for output in options.outputs:
+        check_output_capacity(output, results.height)
+    statuses = _counts(results, "status", ("scored", "rejected", "skipped", "failed"))
+    balance = scorer.balance()
+    summary = RunSummary(
+        input_path=str(options.input),
+        input_fingerprint=fingerprint,
+        rows_total=results.height,
+        counts_by_status=statuses,
+        counts_by_verdict=_counts(results, "verdict", ("match", "partial", "no_match")),
+        decisions_spent=0,
+        balance_before=balance,
+        balance_after=balance,
+        started_at=datetime.now(UTC),
+        duration_s=time.perf_counter() - clock,
+        workspace=workspace,
+        exit_code=exit_code_for(statuses),
+        notes=[
+            ("Reasoning", options.reasoning),
+            ("Unchanged since the last run", "every answer reused (0 decisions)"),
+            ("Scorer", scorer.name),
+        ],
+    )
+    for output in options.outputs:
+        write_output(output, results, rejects=rejects, summary=summary, csv_bom=options.csv_bom)
+    journal.save_verdicts(results)
+    summary = replace(summary, duration_s=time.perf_counter() - clock)
+    return BatchOutcome(summary, results, rejects, list(options.outputs), None)
+
+
 def make_plan(
     unique: pl.DataFrame, prepared: Prepared, keyed: pl.DataFrame, scorer: Scorer,
     journal: Journal | None, options: BatchOptions, freshness_days: float,
@@ -350,6 +407,12 @@ def run_batch(
     progress = progress or (lambda *_: None)
     for output in options.outputs:
         check_output_capacity(output, 0)  # unknown extensions fail before any reading
+    fingerprint = file_fingerprint(options.input)
+    key = f"{fingerprint}:{_options_key(options, scorer)}"
+    if journal is not None and not dry_run:
+        last = journal.last_run(key, now() - freshness_days * SECONDS_PER_DAY)
+        if last is not None:
+            return _answer_again(options, scorer, journal, last, fingerprint, workspace, clock)
     prepared = prepare(options)
     for output in options.outputs:
         check_output_capacity(output, prepared.raw.height)
@@ -361,7 +424,6 @@ def run_batch(
     if dry_run:
         return make_plan(unique, prepared, keyed, scorer, journal, options, freshness_days)
 
-    fingerprint = file_fingerprint(options.input)
     notes: list[tuple[str, str | int]] = []
     resuming = False
     if journal is not None:
@@ -415,5 +477,7 @@ def run_batch(
         journal.save_verdicts(results)
         if exit_code == EXIT_OK:
             journal.finish_run(freshness_days)
+            oldest = min(executor.oldest_reused, started.timestamp())
+            journal.save_last_run(key, results, rejects, oldest)
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
