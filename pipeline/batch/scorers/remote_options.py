@@ -12,11 +12,13 @@ import argparse
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.batch.scorers.http import ApiKey, HttpScorer, RemoteConfig
 from pipeline.errors import UsageError
 from pipeline.settings import Settings
+
+if TYPE_CHECKING:  # the HTTP stack (aiohttp) costs half a second to import: only when used
+    from pipeline.batch.scorers.http import ApiKey, HttpScorer
 
 ENV_URL = "DECISIONS_API_URL"
 ENV_KEY = "DECISIONS_API_KEY"
@@ -59,6 +61,8 @@ def add_remote_options(parser: argparse.ArgumentParser) -> None:
 
 
 def read_key(args: argparse.Namespace, env: Mapping[str, str]) -> ApiKey:
+    from pipeline.batch.scorers.http import ApiKey
+
     path: Path | None = args.api_key_file
     if path is not None:
         if path.name.startswith("sk-") or not path.is_file():
@@ -90,5 +94,7 @@ def remote_scorer_from_args(
         raise UsageError("--concurrency must be between 1 and 256")
     if args.reserve < 0:
         raise UsageError("--reserve must be 0 or more decisions")
+    from pipeline.batch.scorers.http import HttpScorer, RemoteConfig
+
     config = RemoteConfig(base_url=url, concurrency=concurrency, reserve=args.reserve)
     return HttpScorer(config, read_key(args, env))
