@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.engine.engine import Engine
 from pipeline.engine.models import DecisionRequest
-from pipeline.engine.request import parse_request, validated_frame
+from pipeline.engine.request import check_request, parse_request
 from pipeline.ledger.base import ChargeRequest, Ledger
 
 COST_SCORING = 1
@@ -45,7 +45,7 @@ class DecisionDesk:
     ) -> dict[str, Any]:
         """The spec's response body; raises RequestValidationError or a LedgerError."""
         request = parse_request(body)
-        validated_frame(request)  # never charge for an invalid request
+        check_request(request)  # never charge for an invalid request
         charge = self.ledger.charge(
             workspace,
             ChargeRequest(

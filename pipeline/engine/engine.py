@@ -7,16 +7,19 @@ same `score` on a frame of one row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
 
+from pipeline.engine.batching import MicroBatcher
 from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks
 from pipeline.engine.models import DecisionRequest
 from pipeline.engine.reasoning import Explanation, Reasoner, TemplateReasoner
-from pipeline.engine.request import validated_frame
+from pipeline.engine.request import request_frame
+from pipeline.engine.rules import violations
 from pipeline.engine.scoring import score_frame
+from pipeline.errors import RequestValidationError
 
 # Bump when a formula or threshold changes: stored results of another version are stale.
 FORMULA_VERSION = "1"
@@ -28,6 +31,9 @@ class Engine:
     def __init__(self, benchmarks: BenchmarkTable, reasoner: Reasoner | None = None) -> None:
         self.benchmarks = benchmarks
         self.reasoner: Reasoner = reasoner or TemplateReasoner()
+        self._batcher: MicroBatcher[DecisionRequest, dict[str, Any]] = MicroBatcher(
+            self._evaluate_many, name="engine"
+        )
 
     @classmethod
     def default(cls) -> Engine:
@@ -46,11 +52,26 @@ class Engine:
         return self.reasoner.explain(scored.to_dicts())
 
     def evaluate(self, request: DecisionRequest) -> dict[str, Any]:
-        """The response body of one request, without the two balance fields."""
-        scored = self.score(validated_frame(request))
-        row = scored.row(0, named=True)
-        explanation = self.explain(scored)[0] if request.reasoning else None
-        return decision_body(row, explanation)
+        """The response body of one request, without the two balance fields.
+
+        Requests evaluated at the same moment (the service's concurrent callers) are scored
+        together as one frame; raises RequestValidationError for an invalid request."""
+        return self._batcher.submit(request)
+
+    def _evaluate_many(
+        self, requests: Sequence[DecisionRequest]
+    ) -> list[dict[str, Any] | RequestValidationError]:
+        frame = pl.concat([request_frame(r) for r in requests], how="vertical")
+        problems = violations(frame).select("error_field", "error_message").rows()
+        scored = self.score(frame)
+        rows = scored.to_dicts()
+        wanted = [i for i, r in enumerate(requests) if r.reasoning and problems[i][0] is None]
+        explained = dict(zip(wanted, self.reasoner.explain([rows[i] for i in wanted]), strict=True))
+        return [
+            RequestValidationError(*problem) if problem[0] is not None
+            else decision_body(row, explained.get(i))
+            for i, (row, problem) in enumerate(zip(rows, problems, strict=True))
+        ]  # fmt: skip
 
 
 def benchmark_body(row: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
 from pydantic import ValidationError
 
+from pipeline.engine.batching import MicroBatcher
 from pipeline.engine.models import DecisionRequest
 from pipeline.engine.rules import violations
 from pipeline.engine.schema import REQUEST_SCHEMA
@@ -51,6 +53,23 @@ def request_frame(request: DecisionRequest) -> pl.DataFrame:
     row = {**request.property.model_dump(), **request.location.model_dump()}
     row["reasoning"] = request.reasoning
     return pl.DataFrame([row], schema=REQUEST_SCHEMA)
+
+
+def _check_many(requests: Sequence[DecisionRequest]) -> list[RequestValidationError | None]:
+    problems = violations(pl.concat([request_frame(r) for r in requests], how="vertical"))
+    return [
+        None if field is None else RequestValidationError(field, message)
+        for field, message in problems.select("error_field", "error_message").iter_rows()
+    ]
+
+
+_CHECKER: MicroBatcher[DecisionRequest, None] = MicroBatcher(_check_many, name="validation")
+
+
+def check_request(request: DecisionRequest) -> None:
+    """Raise RequestValidationError for the first rule `request` breaks. Concurrent callers
+    are checked together in one frame (see `batching`)."""
+    _CHECKER.submit(request)
 
 
 def validated_frame(request: DecisionRequest) -> pl.DataFrame:
