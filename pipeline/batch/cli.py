@@ -93,7 +93,6 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
 
 def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[LocalScorer, str]:
     from pipeline.batch.scorers.local import LocalScorer
-    from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine
     from pipeline.ledger.sqlite import open_local_ledger
 
@@ -102,7 +101,7 @@ def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[Loca
     ledger = open_local_ledger(settings, args.db, stale_in_flight_s=0)
     workspace = args.workspace or settings.ledger.workspace
     ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
-    engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
+    engine = Engine(settings.resolve(settings.benchmarks.table))  # loaded when first needed
     scorer = LocalScorer(engine, ledger, workspace=workspace, chunk_rows=settings.batch.chunk_rows)
     return scorer, workspace
 

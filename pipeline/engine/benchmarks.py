@@ -278,11 +278,8 @@ class BenchmarkTable:
     ) -> BenchmarkTable:
         """Read `benchmarks_path`, the market averages and the type factors (default: the
         `market_averages.csv` and `type_factors.csv` beside it)."""
-        benchmarks_path = Path(benchmarks_path)
-        market_path = Path(market_averages_path or benchmarks_path.with_name("market_averages.csv"))
-        factors_path = Path(type_factors_path or benchmarks_path.with_name("type_factors.csv"))
-        parts = [p.read_bytes() for p in (benchmarks_path, market_path, factors_path)]
-        digest = hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
+        parts = _table_bytes(benchmarks_path, market_averages_path, type_factors_path)
+        digest = _digest(parts)
         market = pl.read_csv(
             parts[1], schema_overrides=MARKET_SCHEMA, infer_schema=False
         )  # an older file may lack district_key
@@ -298,6 +295,11 @@ class BenchmarkTable:
         )
         table.lookups  # noqa: B018 -- built here, so the first request does not pay for it
         return table
+
+    @staticmethod
+    def version_of(benchmarks_path: Path) -> str:
+        """The `version` the tables beside `benchmarks_path` would have, without parsing them."""
+        return _digest(_table_bytes(benchmarks_path, None, None))
 
     @cached_property
     def lookups(self) -> _Lookups:
@@ -318,6 +320,19 @@ class BenchmarkTable:
             schema=dict.fromkeys(_INPUTS, pl.String),
         )
         return attach_benchmarks(frame, self).drop(_INPUTS).row(0, named=True)
+
+
+def _table_bytes(
+    benchmarks_path: Path, market_averages_path: Path | None, type_factors_path: Path | None
+) -> list[bytes]:
+    benchmarks_path = Path(benchmarks_path)
+    market_path = Path(market_averages_path or benchmarks_path.with_name("market_averages.csv"))
+    factors_path = Path(type_factors_path or benchmarks_path.with_name("type_factors.csv"))
+    return [p.read_bytes() for p in (benchmarks_path, market_path, factors_path)]
+
+
+def _digest(parts: list[bytes]) -> str:
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
 
 
 @cache

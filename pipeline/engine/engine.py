@@ -8,6 +8,8 @@ same `score` on a frame of one row.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -28,8 +30,10 @@ BENCHMARK_FIELDS = ("median_sqm", "p25_sqm", "p75_sqm", "year", "transaction_cou
 
 
 class Engine:
-    def __init__(self, benchmarks: BenchmarkTable, reasoner: Reasoner | None = None) -> None:
-        self.benchmarks = benchmarks
+    def __init__(self, benchmarks: BenchmarkTable | Path, reasoner: Reasoner | None = None) -> None:
+        """`benchmarks`: the tables, or the path of benchmarks.csv to load them from when first
+        needed (a rerun answered from the journal never needs them)."""
+        self._benchmarks = benchmarks
         self.reasoner: Reasoner = reasoner or TemplateReasoner()
         self._batcher: MicroBatcher[DecisionRequest, dict[str, Any]] = MicroBatcher(
             self._evaluate_many, name="engine"
@@ -39,10 +43,20 @@ class Engine:
     def default(cls) -> Engine:
         return cls(BenchmarkTable.default())
 
-    @property
+    @cached_property
+    def benchmarks(self) -> BenchmarkTable:
+        if isinstance(self._benchmarks, BenchmarkTable):
+            return self._benchmarks
+        return BenchmarkTable.load(self._benchmarks)
+
+    @cached_property
     def version(self) -> str:
         """Formula and benchmark version; part of every result's fingerprint."""
-        return f"formula-{FORMULA_VERSION}+benchmarks-{self.benchmarks.version}"
+        if isinstance(self._benchmarks, BenchmarkTable):
+            tables = self._benchmarks.version
+        else:
+            tables = BenchmarkTable.version_of(self._benchmarks)
+        return f"formula-{FORMULA_VERSION}+benchmarks-{tables}"
 
     def score(self, requests: pl.DataFrame) -> pl.DataFrame:
         """Valid request rows in, the same rows out with benchmark and score columns added."""
