@@ -30,7 +30,7 @@ class BenchmarkSettings(_Section):
 
 class BatchSettings(_Section):
     concurrency: int = Field(default=8, ge=1, le=256)
-    chunk_rows: int = Field(default=20_000, ge=1)
+    chunk_rows: int = Field(default=50_000, ge=1)
     journal_dir: Path = Path(".cache/journals")
     freshness_days: float = Field(default=30, ge=0)
 
