@@ -104,7 +104,7 @@ class Journal:
         """Write a Parquet file completely (fsynced) before the database refers to it."""
         target = self.files / name
         temporary = target.with_suffix(".tmp")
-        frame.write_parquet(temporary)
+        frame.write_parquet(temporary, compression="lz4")  # several times faster than zstd here
         with temporary.open("rb") as handle:
             os.fsync(handle.fileno())
         temporary.replace(target)
