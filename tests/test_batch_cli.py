@@ -182,3 +182,9 @@ def test_every_reader_writer_pair_gives_the_same_results(
     assert result["verdict"].to_list() == expected["verdict"].to_list()
     for column in ("score", "price_per_sqm", "benchmark_median_sqm"):
         assert result[column].cast(pl.Float64).equals(expected[column].cast(pl.Float64))
+
+
+def test_a_missing_input_file_is_a_usage_error(tmp_path, db, capsys):
+    assert score(db, str(tmp_path / "nope.csv"), "-o", str(tmp_path / "x.csv")) == 2
+    assert capsys.readouterr().err.strip().endswith("nope.csv: no such file")
+    assert balance(db) == 5000

@@ -30,7 +30,7 @@ from pipeline.batch.validate import reject_reasons
 from pipeline.decisions import COST_SCORING, COST_WITH_REASONING
 from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import UsageError
-from pipeline.io.read import read_table_with_info
+from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, write_output
 
 ReasoningMode = Literal["none", "all", "borderline"]
@@ -407,6 +407,7 @@ def run_batch(
     progress = progress or (lambda *_: None)
     for output in options.outputs:
         check_output_capacity(output, 0)  # unknown extensions fail before any reading
+    check_input(options.input)  # a missing or mislabelled file stops here, before anything else
     fingerprint = file_fingerprint(options.input)
     key = f"{fingerprint}:{_options_key(options, scorer)}"
     if journal is not None and not dry_run:

@@ -85,6 +85,11 @@ def read_table_with_info(
     return ReadResult(frame=frame, format=kind, renamed_headers=renamed or None, **details)
 
 
+def check_input(path: Path) -> str:
+    """'csv', 'xlsx' or 'parquet' for a readable input file; InputError naming what is wrong."""
+    return _kind_for(Path(path))
+
+
 def _kind_for(path: Path) -> str:
     """The reader for ``path``, after checking that the file exists and its bytes agree."""
     if not path.exists():
