@@ -263,3 +263,41 @@ def test_an_unchanged_file_is_answered_from_the_last_run_until_answers_go_stale(
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.results().drop("decisions_used").equals(first.drop("decisions_used"))
     assert job.charged() == 4 * DISTINCT_VALID
+
+
+def test_stale_answers_are_paid_for_again(tmp_path, monkeypatch):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "settings.toml").write_text(
+        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n[batch]\nfreshness_days = 0\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.charged() == 2 * DISTINCT_VALID
+    assert job.results()["decisions_used"].sum() == DISTINCT_VALID
+
+
+def test_a_batch_resent_with_fewer_rows_is_not_charged_again(tmp_path):
+    from pipeline.batch.budget import Budget
+    from pipeline.batch.run import BatchOptions, costed, distinct_requests, prepare
+    from pipeline.batch.scorers.local import LocalScorer
+    from pipeline.engine.engine import Engine
+    from pipeline.ledger.sqlite import SqliteLedger
+
+    ledger = SqliteLedger(tmp_path / "l.db")
+    ledger.create_workspace("w", 1000)
+    engine = Engine.default()
+    scorer = LocalScorer(engine, ledger, workspace="w", chunk_rows=100)
+    prepared = prepare(BatchOptions(input=SAMPLE / "portfolio.csv", outputs=[]))
+    valid = prepared.requests.filter(pl.lit(prepared.problems["error_field"].is_null()))
+    unique = distinct_requests(valid).filter(pl.col("first")).drop("first", "row_number")
+    batch = costed(unique.head(10), False, scorer.version).with_columns(
+        batch_key=pl.lit("batch-1"), idempotency_key=pl.lit("k")
+    )
+    assert scorer.score(batch, budget=Budget(None))["status"].to_list() == ["scored"] * 10
+    again = scorer.score(batch.head(7), budget=Budget(None))
+    assert again["status"].to_list() == ["scored"] * 7
+    assert ledger.workspace("w").balance == 990

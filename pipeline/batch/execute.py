@@ -129,7 +129,11 @@ class Executor:
         return pl.concat([p for p in parts if not p.is_empty()] or [_empty()], how="vertical")
 
     def _next_batch(self, new: pl.DataFrame) -> tuple[pl.DataFrame, tuple[str, str] | None]:
-        batch = new.head(self.scorer.chunk_rows)
+        # A new batch gets a key of its own: rows re-scored because their answer went stale
+        # still carry the key of the batch that answered them last time.
+        batch = new.head(self.scorer.chunk_rows).with_columns(
+            batch_key=pl.lit(f"batch-{uuid.uuid4().hex}")
+        )
         costs = batch["cost"].to_list()
         by_budget = _affordable(costs, self.budget.remaining)
         balance = self.scorer.balance()
@@ -157,8 +161,7 @@ class Executor:
         return [group for _, group in keyed.group_by("batch_key", maintain_order=True)]
 
     def _send(self, group: pl.DataFrame) -> pl.DataFrame:
-        if "batch_key" not in group.columns or group["batch_key"].null_count() == group.height:
-            group = group.with_columns(batch_key=pl.lit(f"batch-{uuid.uuid4().hex}"))
+        """Mark `group` (one batch_key) sent, score it, record the answers."""
         batch_key = group["batch_key"][0]
         if self.journal is not None:
             self.journal.mark_sent(group, batch_key)

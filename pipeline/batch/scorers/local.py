@@ -21,7 +21,7 @@ from pipeline.batch.scorers.base import (
 )
 from pipeline.engine.engine import Engine
 from pipeline.engine.schema import REQUEST_SCHEMA
-from pipeline.errors import InsufficientDecisions
+from pipeline.errors import IdempotencyKeyReused, InsufficientDecisions
 from pipeline.ledger.base import ChargeRequest, Ledger
 
 _REASONING_COLUMNS = ("reasoning_en", "reasoning_ar", "key_factors", "risk_flags")
@@ -79,6 +79,12 @@ class LocalScorer:
             return skipped_rows(
                 group, SKIPPED_BALANCE, f"the workspace balance ({exc.balance}) is spent"
             )
+        except IdempotencyKeyReused:
+            # Batch keys are never reused for new work, so this is a batch charged before a
+            # crash being resent with fewer rows (the file lost some since): those rows were
+            # paid for with the rest. Score them; charge nothing.
+            budget.settle(cost, 0)
+            return self._evaluate(group)
         budget.settle(cost, 0 if charge.replayed else charge.cost)
         try:
             scored = self._evaluate(group)
