@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pipeline.engine.request import parse_request, validated_frame
+from pipeline.engine.request import check_request, parse_request, request_frame
 from pipeline.errors import RequestValidationError
 
 VALID = {
@@ -34,12 +34,13 @@ def body(**changes: object) -> dict:
 
 def error_of(request: dict | str) -> RequestValidationError:
     with pytest.raises(RequestValidationError) as caught:
-        validated_frame(parse_request(request))
+        check_request(parse_request(request))
     return caught.value
 
 
 def test_a_valid_request_passes():
-    frame = validated_frame(parse_request(VALID))
+    check_request(parse_request(VALID))
+    frame = request_frame(parse_request(VALID))
     assert frame.height == 1
     assert frame["price"][0] == 850000.0
 
@@ -118,7 +119,7 @@ def test_each_rule_names_the_field_and_the_rule(changes, field, message):
 
 
 def test_whole_numbers_written_as_floats_are_accepted():
-    validated_frame(parse_request(body(property__bedrooms=3.0, property__age=0)))
+    check_request(parse_request(body(property__bedrooms=3.0, property__age=0)))
 
 
 def test_invalid_json_is_a_validation_error():

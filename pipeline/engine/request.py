@@ -70,12 +70,3 @@ def check_request(request: DecisionRequest) -> None:
     """Raise RequestValidationError for the first rule `request` breaks. Concurrent callers
     are checked together in one frame (see `batching`)."""
     _CHECKER.submit(request)
-
-
-def validated_frame(request: DecisionRequest) -> pl.DataFrame:
-    """The request frame, after the value rules; raises RequestValidationError on the first."""
-    frame = request_frame(request)
-    problem = violations(frame).row(0, named=True)
-    if problem["error_field"] is not None:
-        raise RequestValidationError(problem["error_field"], problem["error_message"])
-    return frame
