@@ -6,20 +6,14 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.engine.benchmarks import ATTACHED_SCHEMA
 from pipeline.engine.schema import REQUEST_SCHEMA
 
+# What attach_benchmarks adds, less the keys the formulas never read.
 MARKET_SCHEMA: dict[str, pl.DataType] = {
-    "benchmark_level": pl.String(),
-    "benchmark_median_sqm": pl.Float64(),
-    "benchmark_p25_sqm": pl.Float64(),
-    "benchmark_p75_sqm": pl.Float64(),
-    "benchmark_year": pl.Int64(),
-    "benchmark_transaction_count": pl.Int64(),
-    "benchmark_yoy_pct": pl.Float64(),
-    "market_avg_sqm": pl.Float64(),
-    "market_avg_level": pl.String(),
-    "type_factor": pl.Float64(),
-    "type_factor_level": pl.String(),
+    name: dtype
+    for name, dtype in ATTACHED_SCHEMA.items()
+    if name not in ("city_key", "district_key", "benchmark_city_ar", "benchmark_district_ar")
 }
 
 DISTRICT_MARKET: dict[str, Any] = {

@@ -288,6 +288,37 @@ class Plan:
         return rows
 
 
+def summarise(
+    options: BatchOptions,
+    results: pl.DataFrame,
+    *,
+    fingerprint: str,
+    spent: int,
+    balance: tuple[int | None, int | None],
+    workspace: str | None,
+    started: datetime,
+    clock: float,
+    notes: list[tuple[str, object]],
+) -> RunSummary:
+    """The run's summary, counted from its results (balance: before and after)."""
+    statuses = _counts(results, "status", ("scored", "rejected", "skipped", "failed"))
+    return RunSummary(
+        input_path=str(options.input),
+        input_fingerprint=fingerprint,
+        rows_total=results.height,
+        counts_by_status=statuses,
+        counts_by_verdict=_counts(results, "verdict", ("match", "partial", "no_match")),
+        decisions_spent=spent,
+        balance_before=balance[0],
+        balance_after=balance[1],
+        started_at=started,
+        duration_s=time.perf_counter() - clock,
+        workspace=workspace,
+        exit_code=exit_code_for(statuses),
+        notes=[("Reasoning", options.reasoning), *notes],
+    )
+
+
 def _options_key(options: BatchOptions, scorer: Scorer) -> str:
     """What, besides the input's bytes, decides a run's output: a rerun with the same key and
     the same input can answer from the last run's output without reading the file again."""
@@ -317,27 +348,15 @@ def _answer_again(
     results = results.with_columns(decisions_used=pl.lit(0, pl.Int64))
     for output in options.outputs:
         check_output_capacity(output, results.height)
-    statuses = _counts(results, "status", ("scored", "rejected", "skipped", "failed"))
     balance = scorer.balance()
-    summary = RunSummary(
-        input_path=str(options.input),
-        input_fingerprint=fingerprint,
-        rows_total=results.height,
-        counts_by_status=statuses,
-        counts_by_verdict=_counts(results, "verdict", ("match", "partial", "no_match")),
-        decisions_spent=0,
-        balance_before=balance,
-        balance_after=balance,
-        started_at=datetime.now(UTC),
-        duration_s=time.perf_counter() - clock,
-        workspace=workspace,
-        exit_code=exit_code_for(statuses),
+    summary = summarise(
+        options, results, fingerprint=fingerprint, spent=0, balance=(balance, balance),
+        workspace=workspace, started=datetime.now(UTC), clock=clock,
         notes=[
-            ("Reasoning", options.reasoning),
             ("Unchanged since the last run", "every answer reused (0 decisions)"),
             ("Scorer", scorer.name),
         ],
-    )
+    )  # fmt: skip
     for output in options.outputs:
         write_output(output, results, rejects=rejects, summary=summary, csv_bom=options.csv_bom)
     journal.save_verdicts(results)
@@ -425,7 +444,7 @@ def run_batch(
     if dry_run:
         return make_plan(unique, prepared, keyed, scorer, journal, options, freshness_days)
 
-    notes: list[tuple[str, str | int]] = []
+    notes: list[tuple[str, object]] = []
     resuming = False
     if journal is not None:
         unfinished = journal.open_run()
@@ -442,24 +461,11 @@ def run_batch(
     rejects = rejects_table(prepared)
     changes = changed_verdicts(results, journal)
 
-    statuses = _counts(results, "status", ("scored", "rejected", "skipped", "failed"))
-    exit_code = exit_code_for(statuses)
-    balance_after = scorer.balance()
-    summary = RunSummary(
-        input_path=str(options.input),
-        input_fingerprint=fingerprint,
-        rows_total=results.height,
-        counts_by_status=statuses,
-        counts_by_verdict=_counts(results, "verdict", ("match", "partial", "no_match")),
-        decisions_spent=budget.spent,
-        balance_before=balance_before,
-        balance_after=balance_after,
-        started_at=started,
-        duration_s=time.perf_counter() - clock,
-        workspace=workspace,
-        exit_code=exit_code,
+    summary = summarise(
+        options, results, fingerprint=fingerprint, spent=budget.spent,
+        balance=(balance_before, scorer.balance()), workspace=workspace, started=started,
+        clock=clock,
         notes=[
-            ("Reasoning", options.reasoning),
             ("Budget", "none" if options.budget is None else options.budget),
             ("Duplicate rows (scored once)", int(keyed.height - unique.height)),
             ("Reused from the journal (0 decisions)", executor.reused),
@@ -467,7 +473,8 @@ def run_batch(
             ("Scorer", scorer.name),
             *notes,
         ],
-    )
+    )  # fmt: skip
+    exit_code = summary.exit_code
     for output in options.outputs:
         progress(f"writing {output.name}", 0, results.height, budget.spent)
         write_output(

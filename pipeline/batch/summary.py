@@ -20,7 +20,7 @@ class RunSummary:
     duration_s: float
     workspace: str | None = None
     exit_code: int = 0
-    notes: list[tuple[str, str]] = field(default_factory=list)  # further label/value lines
+    notes: list[tuple[str, object]] = field(default_factory=list)  # further label/value lines
 
     def lines(self) -> list[tuple[str, object]]:
         """Label/value pairs in the order a reader expects them."""
