@@ -104,10 +104,19 @@ def test_refund_gives_back_once_and_frees_the_key(ledger):
     assert sum(e["amount"] for e in ledger.entries("acme")) == ledger.workspace("acme").balance
 
 
-def test_charge_many_stops_at_the_first_request_the_balance_cannot_pay(ledger):
-    results = ledger.charge_many("acme", [ChargeRequest(cost=c) for c in (3, 3, 3, 3, 1)])
-    assert [r.cost if r else None for r in results] == [3, 3, 3, None, None]
-    assert ledger.workspace("acme").balance == 1
+def test_charge_each_answers_every_request_in_one_transaction(ledger):
+    ledger.create_workspace("other", 1)
+    results = ledger.charge_each(
+        [("acme", ChargeRequest(cost=c, idempotency_key=f"k{i}", fingerprint="f"))
+         for i, c in enumerate((3, 3, 3, 3, 1))]
+        + [("acme", ChargeRequest(cost=1, idempotency_key="k0", fingerprint="f")),
+           ("ghost", ChargeRequest(cost=1)), ("other", ChargeRequest(cost=3))]
+    )  # fmt: skip
+    kinds = [type(r).__name__ if isinstance(r, Exception) else r.cost for r in results]
+    assert kinds == [3, 3, 3, "InsufficientDecisions", 1, "RequestInProgress",
+                     "UnknownWorkspace", "InsufficientDecisions"]  # fmt: skip
+    assert ledger.workspace("acme").balance == 0
+    assert ledger.workspace("other").balance == 1
 
 
 def test_topup_and_errors(ledger):

@@ -6,8 +6,11 @@ the embedded implementation and PostgreSQL can be added beside it without touchi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from pipeline.errors import LedgerError
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,11 @@ class Ledger(Protocol):
         RequestInProgress while the first is still running)."""
         ...
 
-    def charge_many(self, workspace: str, requests: list[ChargeRequest]) -> list[Charge | None]:
-        """Charge in order in one transaction; None from the first that the balance cannot pay."""
+    def charge_each(
+        self, charges: Sequence[tuple[str, ChargeRequest]]
+    ) -> list[Charge | LedgerError]:
+        """Each (workspace, request) charged as `charge` would, in one transaction; a refusal
+        (a LedgerError) comes back in place of its charge."""
         ...
 
     def complete(self, workspace: str, idempotency_key: str, response: str | None) -> None: ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -232,22 +232,29 @@ class SqliteLedger:
                 return earlier
             return self._charge_in(db, workspace_id, balance, request)
 
-    def charge_many(self, workspace: str, requests: list[ChargeRequest]) -> list[Charge | None]:
-        results: list[Charge | None] = []
+    def charge_each(
+        self, charges: Sequence[tuple[str, ChargeRequest]]
+    ) -> list[Charge | LedgerError]:
+        """Each (workspace, request) charged as `charge` would, all in one transaction (one
+        fsync for many concurrent requests); a refusal comes back in place of its charge."""
+        results: list[Charge | LedgerError] = []
         with self._transaction() as db:
-            workspace_id, balance = self._row(db, workspace)
-            for request in requests:
-                earlier = self._earlier(db, workspace_id, request)
-                if earlier is not None:
-                    results.append(earlier)
-                    continue
+            balances: dict[str, tuple[int, int]] = {}
+            for workspace, request in charges:
                 try:
-                    charge = self._charge_in(db, workspace_id, balance, request)
-                except InsufficientDecisions:
-                    break
-                balance = charge.balance_after
+                    if workspace not in balances:
+                        balances[workspace] = self._row(db, workspace)
+                    workspace_id, balance = balances[workspace]
+                    charge = self._earlier(db, workspace_id, request) or self._charge_in(
+                        db, workspace_id, balance, request
+                    )
+                except LedgerError as refused:
+                    results.append(refused)
+                    continue
+                if not charge.replayed:
+                    balances[workspace] = (workspace_id, charge.balance_after)
                 results.append(charge)
-        return results + [None] * (len(requests) - len(results))
+        return results
 
     def complete(self, workspace: str, idempotency_key: str, response: str | None) -> None:
         self.complete_many(workspace, [(idempotency_key, response)])
