@@ -1,0 +1,99 @@
+"""`decisions decide` and `decisions workspace`: one request from the shell, charged for real."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from pipeline.cli import main
+
+VILLA = {
+    "property": {"type": "villa", "price": 3_200_000, "area": 400, "bedrooms": 5, "age": 6},
+    "location": {"city": "Riyadh", "district": "Al Malqa"},
+    "reasoning": False,
+}
+
+
+@pytest.fixture
+def db(tmp_path) -> str:
+    path = str(tmp_path / "ledger.db")
+    assert main(["workspace", "create", "acme", "--balance", "4", "--db", path]) == 0
+    return path
+
+
+def decide(db: str, body: dict, capsys, *extra: str) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = main(["decide", "-", "--db", db, "--workspace", "acme", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def stdin(monkeypatch):
+    def feed(body: dict) -> None:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(json.dumps(body).encode())))
+
+    return feed
+
+
+def test_scoring_then_reasoning_then_402(db, capsys, stdin):
+    stdin(VILLA)
+    code, body = decide(db, VILLA, capsys)
+    assert code == 0
+    assert set(body) == {
+        "verdict", "score", "breakdown", "price_per_sqm", "benchmark", "decisions_used",
+        "decisions_remaining",
+    }  # fmt: skip
+    assert body["verdict"] in ("match", "partial", "no_match")
+    assert isinstance(body["score"], int | float) and 0 <= body["score"] <= 100
+    assert set(body["breakdown"]) == {"price", "location", "size", "details"}
+    assert body["price_per_sqm"] == 8000.0
+    assert body["benchmark"] == {
+        "median_sqm": 7940.23, "p25_sqm": 6606.53, "p75_sqm": 8500.0, "year": 2024,
+        "transaction_count": 432, "yoy_pct": 10.1,
+    }  # fmt: skip
+    assert (body["decisions_used"], body["decisions_remaining"]) == (1, 3)
+
+    stdin({**VILLA, "reasoning": True})
+    code, body = decide(db, VILLA, capsys)
+    assert code == 0 and (body["decisions_used"], body["decisions_remaining"]) == (3, 0)
+    reasoning = body["reasoning"]
+    assert reasoning["reasoning_ar"].startswith("الحكم")
+    assert isinstance(reasoning["key_factors"], list) and isinstance(reasoning["risk_flags"], list)
+
+    stdin(VILLA)
+    code, body = decide(db, VILLA, capsys)
+    assert code == 3
+    assert body["error"] == "insufficient_decisions"
+    assert (body["required"], body["balance"]) == (1, 0)
+
+
+def test_an_invalid_request_is_not_charged(db, capsys, stdin):
+    stdin({**VILLA, "property": {**VILLA["property"], "area": -1}})
+    code, body = decide(db, VILLA, capsys)
+    assert code == 1
+    assert body == {
+        "error": "validation_error",
+        "message": "property.area must be a positive number (> 0)",
+        "field": "property.area",
+    }
+    capsys.readouterr()
+    assert main(["workspace", "show", "acme", "--db", db]) == 0
+    assert json.loads(capsys.readouterr().out)["balance"] == 4
+
+
+def test_the_same_idempotency_key_replays_without_a_charge(db, capsys, stdin):
+    stdin(VILLA)
+    first = decide(db, VILLA, capsys, "--idempotency-key", "listing-42")[1]
+    stdin(VILLA)
+    again = decide(db, VILLA, capsys, "--idempotency-key", "listing-42")[1]
+    assert again == first and again["decisions_remaining"] == 3
+    capsys.readouterr()
+    assert main(["workspace", "topup", "acme", "10", "--db", db]) == 0
+    assert json.loads(capsys.readouterr().out)["balance"] == 13
+
+
+def test_a_request_file_that_does_not_exist(db, tmp_path, capsys):
+    assert main(["decide", str(tmp_path / "nope.json"), "--db", db]) == 2
+    assert "cannot read the request" in capsys.readouterr().err
