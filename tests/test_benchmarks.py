@@ -185,8 +185,9 @@ def attach_one(table: BenchmarkTable, city: str | None, district: str | None, ty
     return attach_benchmarks(frame([(city, district, type_)]), table).row(0, named=True)
 
 
-def factor_row(table: BenchmarkTable, level: str, type_: str, city=None, district=None) -> dict:
-    rows = table.type_factors.filter(
+def place_row(rows: pl.DataFrame, level: str, type_: str, city=None, district=None) -> dict:
+    """The one row of a by-place-and-type table (type factors, market averages)."""
+    rows = rows.filter(
         pl.col("level") == level,
         pl.col("type") == type_,
         pl.col("city_key").eq_missing(city),
@@ -194,6 +195,10 @@ def factor_row(table: BenchmarkTable, level: str, type_: str, city=None, distric
     )
     assert rows.height == 1, (level, type_, city, district)
     return rows.row(0, named=True)
+
+
+def factor_row(table: BenchmarkTable, level: str, type_: str, city=None, district=None) -> dict:
+    return place_row(table.type_factors, level, type_, city, district)
 
 
 def test_malqa_type_factors_and_arabic_names(table: BenchmarkTable) -> None:
@@ -335,14 +340,7 @@ def test_version_covers_the_type_factors(tmp_path: Path, table: BenchmarkTable) 
 
 
 def market_row(table: BenchmarkTable, level: str, type_: str, city=None, district=None) -> dict:
-    rows = table.market_averages.filter(
-        pl.col("level") == level,
-        pl.col("type") == type_,
-        pl.col("city_key").eq_missing(city),
-        pl.col("district_key").eq_missing(district),
-    )
-    assert rows.height == 1, (level, type_, city, district)
-    return rows.row(0, named=True)
+    return place_row(table.market_averages, level, type_, city, district)
 
 
 def test_malqa_takes_its_district_market_averages(table: BenchmarkTable) -> None:
