@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import accumulate
 
 import polars as pl
 
@@ -84,10 +83,11 @@ def _new_keys(new: pl.DataFrame, journal_id: str) -> pl.DataFrame:
     return new.with_columns(idempotency_key=fresh_key)
 
 
-def _affordable(costs: list[int], available: int | None) -> int:
+def _affordable(costs: pl.Series, available: int | None) -> int:
+    """How many of `costs` (positive), taken in order, `available` decisions pay for."""
     if available is None:
-        return len(costs)
-    return sum(1 for total in accumulate(costs) if total <= available)
+        return costs.len()
+    return int((costs.cum_sum() <= available).sum())
 
 
 @dataclass
@@ -134,13 +134,13 @@ class Executor:
         batch = new.head(self.scorer.chunk_rows).with_columns(
             batch_key=pl.lit(f"batch-{uuid.uuid4().hex}")
         )
-        costs = batch["cost"].to_list()
+        costs = batch["cost"]
         by_budget = _affordable(costs, self.budget.remaining)
         balance = self.scorer.balance()
         available = None if balance is None else max(balance - self.reserve, 0)
         by_balance = _affordable(costs, available)
         rows = min(by_budget, by_balance)
-        if rows == len(costs):
+        if rows == costs.len():
             return batch, None
         if by_budget <= by_balance:
             reason = (SKIPPED_BUDGET, "the run's --budget is spent")

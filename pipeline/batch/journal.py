@@ -274,12 +274,19 @@ class Journal:
             if stale.name not in live:
                 stale.unlink()
 
-    def save_last_run(
-        self, key: str, results: pl.DataFrame, rejects: pl.DataFrame, oldest_answer: float
-    ) -> None:
-        """The complete output of a finished run, answered again while nothing changes."""
+    def forget_last_run(self) -> None:
+        """Before a run's output files are rewritten: no run is answered again until
+        `keep_last_run` names the new ones."""
+        self._db.execute("DELETE FROM meta WHERE name = 'last_run'")
+
+    def write_last_run(self, results: pl.DataFrame, rejects: pl.DataFrame) -> None:
+        """The complete output of a run, to answer again while nothing changes. Touches files
+        only, no database, so it can run in a thread beside the output writers."""
         self._write(results, _LAST_RESULTS)
         self._write(rejects, _LAST_REJECTS)
+
+    def keep_last_run(self, key: str, oldest_answer: float) -> None:
+        """The run written by `write_last_run` finished: answer it again for `key`."""
         self._set_meta("last_run", f"{key} {oldest_answer!r}")
 
     def last_run(self, key: str, fresh_after: float) -> tuple[pl.DataFrame, pl.DataFrame] | None:

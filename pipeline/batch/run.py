@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +21,7 @@ import polars as pl
 from pipeline.batch.budget import Budget
 from pipeline.batch.columns import DEFAULT_CONFIG, ColumnMap, load_column_config, map_columns
 from pipeline.batch.execute import SECONDS_PER_DAY, Executor, now, triage
-from pipeline.batch.fingerprint import request_fingerprints
+from pipeline.batch.fingerprint import CANONICAL, canonical_text, request_fingerprints
 from pipeline.batch.journal import Journal
 from pipeline.batch.normalize import normalize, normalize_column
 from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_COLUMNS, RESULT_SCHEMA
@@ -28,7 +29,6 @@ from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
 from pipeline.decisions import COST_SCORING, COST_WITH_REASONING
-from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import UsageError
 from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, write_output
@@ -100,19 +100,19 @@ def prepare(options: BatchOptions) -> Prepared:
 
 
 def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
-    """row_number -> request_id: equal requests in one file share one id (scored once)."""
-    keyed = requests.with_columns(key=pl.struct(*REQUEST_SCHEMA).hash(seed=0))
-    return keyed.with_columns(
-        request_id=pl.col("row_number").min().over("key"),
-        first=pl.col("row_number") == pl.col("row_number").min().over("key"),
-    ).drop("key")
+    """row_number -> request_id: equal requests in one file share one id (scored once).
+
+    Adds the canonical text of each request, from which `costed` fingerprints it."""
+    keyed = requests.with_columns(canonical_text())
+    first_row = pl.col("row_number").min().over(CANONICAL)
+    return keyed.with_columns(request_id=first_row, first=pl.col("row_number") == first_row)
 
 
 def costed(requests: pl.DataFrame, reasoning: bool, version: str) -> pl.DataFrame:
     """One pass's requests with their cost and fingerprint (which includes `reasoning`)."""
     cost = COST_WITH_REASONING if reasoning else COST_SCORING
     frame = requests.with_columns(reasoning=pl.lit(reasoning), cost=pl.lit(cost, pl.Int64))
-    return frame.with_columns(request_fingerprints(frame, version))
+    return frame.with_columns(request_fingerprints(frame, version)).drop(CANONICAL)
 
 
 def prioritised(requests: pl.DataFrame, raw: pl.DataFrame, column: str | None) -> pl.DataFrame:
@@ -475,17 +475,25 @@ def run_batch(
         ],
     )  # fmt: skip
     exit_code = summary.exit_code
-    for output in options.outputs:
-        progress(f"writing {output.name}", 0, results.height, budget.spent)
-        write_output(
-            output, results, rejects=rejects, summary=summary, changes=changes,
-            csv_bom=options.csv_bom,
-        )  # fmt: skip
+    keep = journal is not None and exit_code == EXIT_OK
+    if journal is not None:
+        journal.forget_last_run()
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        # The journal's copy of the output is written while the outputs are (polars writes
+        # release the GIL): a rerun of an unchanged file answers from it.
+        cached = beside.submit(journal.write_last_run, results, rejects) if keep else None
+        for output in options.outputs:
+            progress(f"writing {output.name}", 0, results.height, budget.spent)
+            write_output(
+                output, results, rejects=rejects, summary=summary, changes=changes,
+                csv_bom=options.csv_bom,
+            )  # fmt: skip
+        if cached is not None:
+            cached.result()
     if journal is not None:
         journal.save_verdicts(results)
-        if exit_code == EXIT_OK:
+        if keep:
             journal.finish_run(freshness_days)
-            oldest = min(executor.oldest_reused, started.timestamp())
-            journal.save_last_run(key, results, rejects, oldest)
+            journal.keep_last_run(key, min(executor.oldest_reused, started.timestamp()))
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)

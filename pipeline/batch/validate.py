@@ -14,6 +14,7 @@ from pipeline.batch.columns import ColumnMap
 from pipeline.engine.rules import violations
 from pipeline.engine.schema import FIELD_PATHS, REQUEST_SCHEMA
 
+REASON_COLUMNS = ("error_code", "error_field", "error_message", "error_column", "error_value")
 _EXPECTED = {pl.Float64(): "a number", pl.Boolean(): "yes or no"}
 
 # (column, what it must be) for the cells a reader hands over as text and normalisation types.
@@ -31,8 +32,8 @@ def _unreadable_cell(raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnM
         header = mapping.fields.get(column)
         if header is None:
             continue
-        has_text = raw[header].str.strip_chars().fill_null("") != ""
-        unread = has_text & requests[column].is_null()
+        # Readers turn blank cells into nulls (io.read.finish_frame): a cell has text here.
+        unread = raw[header].is_not_null() & requests[column].is_null()
         checks.append(pl.when(unread).then(pl.lit(i, pl.Int32)))
     if not checks:
         return pl.Series("unread", [None] * raw.height, dtype=pl.Int32)
@@ -50,6 +51,13 @@ def reject_reasons(
     """
     unread = _unreadable_cell(raw, requests, mapping)
     broken = violations(requests)
+    bad = unread.is_not_null() | broken["error_field"].is_not_null()
+    if not bad.any():
+        nothing = pl.repeat(None, bad.len(), dtype=pl.String)
+        return pl.select(nothing.alias(c) for c in REASON_COLUMNS)
+    # Messages only for the rows that need one (a file has few): then back to every row.
+    picked = bad.arg_true()
+    raw, unread, broken = raw[picked], unread.gather(picked), broken[picked]
     columns = [c for c, _ in _TYPED]
     unread_field = pl.Series([FIELD_PATHS[c] for c in columns]).gather(unread)
     unread_column = pl.Series(columns).gather(unread)
@@ -59,7 +67,7 @@ def reject_reasons(
 
     frame = pl.DataFrame(
         {
-            "row_number": row_numbers,
+            "row_number": row_numbers.gather(picked),
             "column": unread_column.fill_null(broken["error_column"]),
             "error_field": unread_field.fill_null(broken["error_field"]),
             "rule": unread_rule.fill_null(broken["error_message"]),
@@ -86,13 +94,17 @@ def reject_reasons(
         .then(None)
         .otherwise(pl.format("{}: {}: {}", where, shown_value, pl.col("rule")))
     )
-    return frame.select(
-        error_code=pl.when(pl.col("error_field").is_not_null()).then(pl.lit("validation_error")),
+    reasons = frame.select(
+        error_code=pl.lit("validation_error"),
         error_field=pl.col("error_field"),
         error_message=message,
         error_column=pl.col("header"),
         error_value=pl.col("value"),
     )
+    everyone = pl.DataFrame({"_i": pl.int_range(bad.len(), eager=True, dtype=pl.UInt32)})
+    return everyone.join(
+        reasons.with_columns(_i=picked), on="_i", how="left", maintain_order="left"
+    ).drop("_i")
 
 
 def _cell_values(raw: pl.DataFrame, columns: pl.Series, header_of: dict[str, str]) -> pl.Series:

@@ -15,6 +15,7 @@ millisecond.
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
@@ -115,6 +116,37 @@ class _Lookups:
     resolved: pl.DataFrame  # _MATCH + _RESOLVED, unique on _MATCH
     resolved_rows: dict[tuple[str | None, str | None, str | None], tuple]
     district_match: pl.DataFrame  # city_key, district_key, _m_district
+    memo: _PlaceMemo = field(default_factory=lambda: _PlaceMemo())
+
+
+class _PlaceMemo:
+    """Places already resolved by this table, kept across calls: a batch scored in chunks
+    resolves each distinct (city, district, type) once, not once per chunk."""
+
+    LIMIT = 1_000_000  # distinct texts kept; past it, start over (memory stays bounded)
+
+    def __init__(self) -> None:
+        self._known = pl.DataFrame(schema={**dict.fromkeys(_TEMP, pl.String), **ATTACHED_SCHEMA})
+        self._lock = threading.Lock()
+
+    def attached(self, texts: pl.DataFrame, found: _Lookups) -> pl.DataFrame:
+        """ATTACHED_SCHEMA columns for each row of `texts` (distinct _TEMP rows), in order."""
+        keys = list(_TEMP)
+        with self._lock:
+            known = self._known
+            missing = texts.join(known, on=keys, how="anti", nulls_equal=True)
+            if not missing.is_empty():
+                if missing.height <= _PYTHON_MAX:
+                    values = _resolve_in_python(*(missing[c].to_list() for c in _TEMP), found)
+                else:
+                    values = _resolve_in_polars(missing, found).select(*ATTACHED_SCHEMA)
+                fresh = pl.concat([missing, values], how="horizontal")
+                if known.height + fresh.height > self.LIMIT:
+                    known = known.clear()
+                known = pl.concat([known, fresh.cast(known.schema)], how="vertical")
+                self._known = known
+        joined = texts.join(known, on=keys, how="left", nulls_equal=True, maintain_order="left")
+        return joined.select(*ATTACHED_SCHEMA)
 
 
 def _output_exprs() -> list[pl.Expr]:
@@ -394,8 +426,9 @@ def attach_benchmarks(frame: pl.DataFrame, table: BenchmarkTable) -> pl.DataFram
     """`frame` with the columns of ATTACHED_SCHEMA added, same rows in the same order.
 
     Reads `city`, `district` and `type` (user text; a missing column counts as all null).
-    Names are resolved once per distinct (city, district, type) and joined back on integer
-    codes (categorical ids), which keeps a million rows well under a second; a small frame
+    Names are resolved once per distinct (city, district, type), remembered by the table, and
+    joined back on integer codes (categorical ids), which keeps a million rows well under a
+    second; a small frame
     is resolved row by row in Python, which keeps one row around a millisecond.
     """
     found = table.lookups
@@ -411,11 +444,8 @@ def attach_benchmarks(frame: pl.DataFrame, table: BenchmarkTable) -> pl.DataFram
         )
         code_columns = codes.columns
         distinct = pl.concat([codes, texts], how="horizontal").unique(subset=code_columns)
-        if distinct.height <= _PYTHON_MAX:
-            values = _resolve_in_python(*(distinct[c].to_list() for c in _TEMP), found)
-            found_rows = pl.concat([distinct.select(code_columns), values], how="horizontal")
-        else:
-            found_rows = _resolve_in_polars(distinct, found).select(*code_columns, *ATTACHED_SCHEMA)
+        values = found.memo.attached(distinct.select(*_TEMP), found)
+        found_rows = pl.concat([distinct.select(code_columns), values], how="horizontal")
         attached = codes.join(
             found_rows, on=code_columns, how="left", nulls_equal=True, maintain_order="left"
         ).select(pl.col(name).cast(dtype) for name, dtype in ATTACHED_SCHEMA.items())

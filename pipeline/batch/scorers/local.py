@@ -131,4 +131,5 @@ def _with_reasoning(engine: Engine, scored: pl.DataFrame) -> pl.DataFrame:
 
 def _fingerprint(rows: pl.DataFrame) -> str:
     """What a group charge was for: the sha256 of its rows' request fingerprints."""
-    return hashlib.sha256("\n".join(rows["fingerprint"].sort()).encode()).hexdigest()
+    joined = rows["fingerprint"].sort().str.join("\n").item()
+    return hashlib.sha256(joined.encode()).hexdigest()

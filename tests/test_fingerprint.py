@@ -1,0 +1,37 @@
+"""Request fingerprints are the journal's keys: their bytes must never drift."""
+
+import hashlib
+
+import polars as pl
+
+from pipeline.batch.fingerprint import canonical_text, request_fingerprints
+from pipeline.engine.schema import REQUEST_SCHEMA
+
+
+def _frame(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=REQUEST_SCHEMA).with_columns(canonical_text())
+
+
+def test_fingerprint_is_sha256_of_the_version_and_the_canonical_cells():
+    row = {
+        "type": "apartment", "price": 950000.0, "area": 120.5, "bedrooms": 3.0,
+        "bathrooms": None, "floor": 2.0, "age": None, "parking": True, "furnished": None,
+        "city": "الرياض", "district": "الملقا", "lat": None, "lng": None, "reasoning": False,
+    }  # fmt: skip
+    cells = [
+        "apartment", "950000.0", "120.5", "3.0", "\x00", "2.0", "\x00", "true", "\x00",
+        "الرياض", "الملقا", "\x00", "\x00", "false",
+    ]  # fmt: skip
+    expected = hashlib.sha256(("engine-v1\x1e" + "\x1f".join(cells)).encode()).hexdigest()
+
+    assert request_fingerprints(_frame([row]), "engine-v1").to_list() == [expected]
+
+
+def test_equal_requests_share_a_fingerprint_and_the_version_separates_them():
+    row = {name: None for name in REQUEST_SCHEMA} | {"type": "villa", "price": 2e6, "area": 400.0}
+    other = row | {"area": 401.0}
+    one = request_fingerprints(_frame([row, row, other]), "a").to_list()
+    two = request_fingerprints(_frame([row]), "b").to_list()
+
+    assert one[0] == one[1] != one[2]
+    assert two[0] != one[0]
