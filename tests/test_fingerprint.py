@@ -4,12 +4,12 @@ import hashlib
 
 import polars as pl
 
-from pipeline.batch.fingerprint import canonical_text, request_fingerprints
+from pipeline.batch.fingerprint import request_fingerprints
 from pipeline.engine.schema import REQUEST_SCHEMA
 
 
 def _frame(rows: list[dict]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=REQUEST_SCHEMA).with_columns(canonical_text())
+    return pl.DataFrame(rows, schema=REQUEST_SCHEMA)
 
 
 def test_fingerprint_is_sha256_of_the_version_and_the_canonical_cells():

@@ -301,3 +301,21 @@ def test_a_batch_resent_with_fewer_rows_is_not_charged_again(tmp_path):
     again = scorer.score(batch.head(7), budget=Budget(None))
     assert again["status"].to_list() == ["scored"] * 7
     assert ledger.workspace("w").balance == 990
+
+
+def test_a_batch_is_done_only_once_its_answers_file_is_written(tmp_path):
+    from pipeline.batch.journal import Journal
+
+    journal = Journal(tmp_path / "j.journal")
+    rows = pl.DataFrame({"fingerprint": ["f1", "f2"], "idempotency_key": ["k1", "k2"],
+                         "cost": [1, 1]})  # fmt: skip
+    answers = pl.DataFrame({"fingerprint": ["f1", "f2"], "status": ["scored", "scored"]})
+    journal.mark_sent(rows, "batch-1")
+    journal.record(answers, "batch-1")
+    # What a crash now would leave: another process sees the batch in doubt, not done.
+    seen_by_another = Journal(tmp_path / "j.journal")
+    assert seen_by_another.states(rows["fingerprint"])["state"].to_list() == ["sent", "sent"]
+    journal.flush()
+    assert seen_by_another.states(rows["fingerprint"])["state"].to_list() == ["done", "done"]
+    journal.close()
+    seen_by_another.close()

@@ -126,6 +126,8 @@ class Executor:
             handled += group.height
             progress(handled, self.budget.spent)
             stop = stop or _stop_reason(answers)
+        if self.journal is not None:
+            self.journal.flush()
         return pl.concat([p for p in parts if not p.is_empty()] or [_empty()], how="vertical")
 
     def _next_batch(self, new: pl.DataFrame) -> tuple[pl.DataFrame, tuple[str, str] | None]:

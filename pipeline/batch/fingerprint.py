@@ -15,23 +15,10 @@ import polars_hash  # noqa: F401  (registers the .chash namespace)
 from pipeline.engine.schema import REQUEST_SCHEMA
 
 _NULL = "\x00"
-CANONICAL = "canonical"  # the column holding a request's canonical text
-
-
-def canonical_text() -> pl.Expr:
-    """The request columns as one text, `reasoning` excluded: equal texts, equal requests."""
-    cells = [pl.col(c).cast(pl.String).fill_null(_NULL) for c in REQUEST_SCHEMA if c != "reasoning"]
-    return pl.concat_str(cells, separator="\x1f").alias(CANONICAL)
 
 
 def request_fingerprints(frame: pl.DataFrame, version: str) -> pl.Series:
-    """sha256 of version, canonical text and reasoning (`frame` has the CANONICAL column)."""
-    text = pl.concat_str(
-        [
-            pl.lit(version + "\x1e"),
-            pl.col(CANONICAL),
-            pl.lit("\x1f"),
-            pl.col("reasoning").cast(pl.String).fill_null(_NULL),
-        ]
-    )
+    """sha256 of the version and the request columns as one text (nulls as NUL)."""
+    cells = [pl.col(c).cast(pl.String).fill_null(_NULL) for c in REQUEST_SCHEMA]
+    text = pl.concat_str([pl.lit(version + "\x1e"), pl.concat_str(cells, separator="\x1f")])
     return frame.select(text.chash.sha2_256().alias("fingerprint")).to_series()

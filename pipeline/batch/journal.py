@@ -30,6 +30,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -88,9 +89,17 @@ class Journal:
         except sqlite3.Error as exc:
             raise UsageError(f"cannot open the run journal {self.path}: {exc}") from exc
         self.journal_id = self._meta("journal_id") or self._set_meta("journal_id", uuid.uuid4().hex)
+        # Answers files are written by this thread while the next batch is scored; a batch is
+        # marked done (on the caller's thread, which owns the database) once its file is.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
+        self._recording: list[tuple[Future[str], str, float]] = []
 
     def close(self) -> None:
-        self._db.close()
+        try:
+            self.flush()
+        finally:
+            self._writer.shutdown()
+            self._db.close()
 
     def _meta(self, name: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
@@ -128,6 +137,7 @@ class Journal:
     # -- reading ------------------------------------------------------------------------------
 
     def _batches(self) -> list[tuple[str, str, str, str | None, float]]:
+        self.flush()
         return self._db.execute(
             "SELECT batch_key, state, rows_file, answers_file, created_at FROM batches"
             " ORDER BY created_at"
@@ -207,19 +217,30 @@ class Journal:
     def record(self, answers: pl.DataFrame, batch_key: str) -> None:
         """After the answers: every row's answer (fingerprint + status + result columns), then
         the batch `done`. Scored and rejected rows are final; failed rows stay in doubt and are
-        resent under the same key; skipped rows were never charged and count as new."""
+        resent under the same key; skipped rows were never charged and count as new.
+
+        The file is written in the background and the batch marked done at the next `flush`
+        (the next record, any read, close): a crash before that leaves the batch `sent`, which
+        is resent under its keys and replayed, not charged again."""
+        self.flush()  # one batch in the background at most: memory stays one batch's worth
         if answers.is_empty():
             return
         now = time.time()
-        answers_file = self._write(
-            answers.with_columns(scored_at=pl.lit(now)),
-            f"{_safe(batch_key)}-{uuid.uuid4().hex[:8]}.answers.parquet",
-        )
-        self._db.execute(
-            "UPDATE batches SET state = 'done', answers_file = ?, updated_at = ?"
-            " WHERE batch_key = ?",
-            (answers_file, now, batch_key),
-        )
+        name = f"{_safe(batch_key)}-{uuid.uuid4().hex[:8]}.answers.parquet"
+        stamped = answers.with_columns(scored_at=pl.lit(now))
+        written = self._writer.submit(self._write, stamped, name)
+        self._recording.append((written, batch_key, now))
+
+    def flush(self) -> None:
+        """Wait for answers files being written and mark their batches done."""
+        while self._recording:
+            written, batch_key, now = self._recording.pop(0)
+            answers_file = written.result()
+            self._db.execute(
+                "UPDATE batches SET state = 'done', answers_file = ?, updated_at = ?"
+                " WHERE batch_key = ?",
+                (answers_file, now, batch_key),
+            )
 
     def save_verdicts(self, verdicts: pl.DataFrame) -> None:
         """This run's verdict of every row (row_number, verdict), for the next run's changes."""
@@ -301,6 +322,7 @@ class Journal:
 
     def reset(self) -> None:
         """--fresh: forget every answer (charges already made stay in the ledger)."""
+        self.flush()
         self._db.execute("DELETE FROM meta WHERE name = 'last_run'")
         self._db.execute("DELETE FROM batches")
         for stale in self.files.glob("*.parquet"):

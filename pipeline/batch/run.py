@@ -21,7 +21,7 @@ import polars as pl
 from pipeline.batch.budget import Budget
 from pipeline.batch.columns import DEFAULT_CONFIG, ColumnMap, load_column_config, map_columns
 from pipeline.batch.execute import SECONDS_PER_DAY, Executor, now, triage
-from pipeline.batch.fingerprint import CANONICAL, canonical_text, request_fingerprints
+from pipeline.batch.fingerprint import request_fingerprints
 from pipeline.batch.journal import Journal
 from pipeline.batch.normalize import normalize, normalize_column
 from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_COLUMNS, RESULT_SCHEMA
@@ -29,6 +29,7 @@ from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
 from pipeline.decisions import COST_SCORING, COST_WITH_REASONING
+from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import UsageError
 from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, write_output
@@ -102,17 +103,16 @@ def prepare(options: BatchOptions) -> Prepared:
 def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
     """row_number -> request_id: equal requests in one file share one id (scored once).
 
-    Adds the canonical text of each request, from which `costed` fingerprints it."""
-    keyed = requests.with_columns(canonical_text())
-    first_row = pl.col("row_number").min().over(CANONICAL)
-    return keyed.with_columns(request_id=first_row, first=pl.col("row_number") == first_row)
+    Grouped on the request columns themselves: exact, no hash that two requests could share."""
+    first_row = pl.col("row_number").min().over(*REQUEST_SCHEMA)
+    return requests.with_columns(request_id=first_row, first=pl.col("row_number") == first_row)
 
 
 def costed(requests: pl.DataFrame, reasoning: bool, version: str) -> pl.DataFrame:
     """One pass's requests with their cost and fingerprint (which includes `reasoning`)."""
     cost = COST_WITH_REASONING if reasoning else COST_SCORING
     frame = requests.with_columns(reasoning=pl.lit(reasoning), cost=pl.lit(cost, pl.Int64))
-    return frame.with_columns(request_fingerprints(frame, version)).drop(CANONICAL)
+    return frame.with_columns(request_fingerprints(frame, version))
 
 
 def prioritised(requests: pl.DataFrame, raw: pl.DataFrame, column: str | None) -> pl.DataFrame:
@@ -185,20 +185,29 @@ def _merge_reasoning(results: pl.DataFrame, explained: pl.DataFrame) -> pl.DataF
     return merged.drop(*(f"_{c}" for c in reasoning_columns), "_used", "_status", "_error")
 
 
+def _scattered(values: pl.Series, at: pl.Series, length: int) -> pl.Series:
+    """A series of `length` nulls with `values` put at the positions `at`."""
+    empty = pl.select(pl.repeat(None, length, dtype=values.dtype)).to_series()
+    return empty.scatter(at, values)
+
+
 def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
     """Every input row once, in input order: original columns, then the result columns."""
     problems = prepared.problems
     rejected = problems["error_field"].is_not_null()
-    by_row = keyed.select("row_number", "request_id", "first").join(
-        scored, on="request_id", how="left", maintain_order="left"
+    rows = prepared.raw.height
+    # Positions, not joins: request_id and row_number are 1-based row numbers of the file.
+    answer_of_request = _scattered(
+        pl.int_range(scored.height, eager=True, dtype=pl.UInt32), scored["request_id"], rows + 1
     )
-    by_row = by_row.with_columns(
-        decisions_used=pl.when(pl.col("first")).then("decisions_used").otherwise(0)
-    )
-    result = pl.DataFrame({"row_number": prepared.requests["row_number"]}).join(
-        by_row, on="row_number", how="left", maintain_order="left"
+    at_row = keyed["row_number"] - 1
+    answer_of_row = _scattered(answer_of_request.gather(keyed["request_id"]), at_row, rows)
+    first = _scattered(keyed["first"], at_row, rows)
+    result = scored.select(pl.all().gather(answer_of_row)).with_columns(
+        decisions_used=pl.when(pl.lit(first)).then("decisions_used").otherwise(0)
     )
     result = result.with_columns(
+        row_number=pl.int_range(1, rows + 1, dtype=pl.Int64),
         status=pl.when(pl.lit(rejected)).then(pl.lit("rejected")).otherwise("status"),
         decisions_used=pl.when(pl.lit(rejected)).then(0).otherwise("decisions_used"),
         error_code=pl.coalesce(pl.lit(problems["error_code"]), "error_code"),
@@ -479,21 +488,24 @@ def run_batch(
     if journal is not None:
         journal.forget_last_run()
     with ThreadPoolExecutor(max_workers=1) as beside:
-        # The journal's copy of the output is written while the outputs are (polars writes
-        # release the GIL): a rerun of an unchanged file answers from it.
-        cached = beside.submit(journal.write_last_run, results, rejects) if keep else None
+        # The journal's files are written while the outputs are (polars writes release the
+        # GIL): this run's verdicts, and a copy of the output a rerun of an unchanged file
+        # answers from.
+        saved = []
+        if journal is not None:
+            saved.append(beside.submit(journal.save_verdicts, results))
+        if keep:
+            saved.append(beside.submit(journal.write_last_run, results, rejects))
         for output in options.outputs:
             progress(f"writing {output.name}", 0, results.height, budget.spent)
             write_output(
                 output, results, rejects=rejects, summary=summary, changes=changes,
                 csv_bom=options.csv_bom,
             )  # fmt: skip
-        if cached is not None:
-            cached.result()
-    if journal is not None:
-        journal.save_verdicts(results)
-        if keep:
-            journal.finish_run(freshness_days)
-            journal.keep_last_run(key, min(executor.oldest_reused, started.timestamp()))
+        for done in saved:
+            done.result()
+    if keep and journal is not None:
+        journal.finish_run(freshness_days)
+        journal.keep_last_run(key, min(executor.oldest_reused, started.timestamp()))
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
