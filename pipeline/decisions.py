@@ -7,8 +7,11 @@ repeated under the same idempotency key is answered from the first, not charged 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from pipeline.engine.batching import MicroBatcher
@@ -32,12 +35,21 @@ def request_fingerprint(request: DecisionRequest) -> str:
 
 
 class DecisionDesk:
+    """`decide` for a caller on a thread (the CLI), `decide_async` for the service's event loop.
+
+    Both run the same steps; the ledger's writes go through one writer thread each (charges,
+    completions), so concurrent requests share a transaction and its fsync (group commit), and
+    the event loop never waits on the disk.
+    """
+
     def __init__(self, engine: Engine, ledger: Ledger) -> None:
         self.engine = engine
         self.ledger = ledger
-        # Concurrent requests are charged together: one transaction, one fsync, for all.
         self._charges: MicroBatcher[tuple[str, ChargeRequest], Charge] = MicroBatcher(
             ledger.charge_each, name="charges"
+        )
+        self._completions: MicroBatcher[tuple[str, str, str | None], None] = MicroBatcher(
+            partial(_complete_each, ledger), name="completions"
         )
 
     def decide(
@@ -49,29 +61,78 @@ class DecisionDesk:
         key_prefix: str | None = None,
     ) -> dict[str, Any]:
         """The spec's response body; raises RequestValidationError or a LedgerError."""
-        request = parse_request(body)
-        check_request(request)  # never charge for an invalid request
-        charge = self._charges.submit(
-            (
-                workspace,
-                ChargeRequest(
-                    cost=cost_of(request.reasoning),
-                    idempotency_key=idempotency_key,
-                    fingerprint=request_fingerprint(request),
-                    key_prefix=key_prefix,
-                ),
-            )
-        )
+        request, wanted = _admit(body, idempotency_key, key_prefix)
+        charge = self._charges.submit((workspace, wanted))
         if charge.replayed and charge.response is not None:
             return json.loads(charge.response)
         try:
-            response = self.engine.evaluate(request)
-            response["decisions_used"] = charge.cost
-            response["decisions_remaining"] = charge.balance_after
+            response = _paid(self.engine.evaluate(request), charge)
             if idempotency_key is not None:
-                self.ledger.complete(workspace, idempotency_key, json.dumps(response))
+                self._completions.submit((workspace, idempotency_key, json.dumps(response)))
         except BaseException:
             if not charge.replayed:
-                self.ledger.refund(charge.entry_id, "the request failed after its charge")
+                self.ledger.refund(charge.entry_id, REFUND_NOTE)
             raise
         return response
+
+    async def decide_async(
+        self,
+        body: bytes | str | dict[str, Any],
+        *,
+        workspace: str,
+        idempotency_key: str | None = None,
+        key_prefix: str | None = None,
+    ) -> dict[str, Any]:
+        """`decide` on an event loop: the engine inline when it says it is fast (microseconds
+        of pure computation), else in a worker thread; ledger writes awaited, never blocking."""
+        request, wanted = _admit(body, idempotency_key, key_prefix)
+        charge = await self._charges.submit_async((workspace, wanted))
+        if charge.replayed and charge.response is not None:
+            return json.loads(charge.response)
+        try:
+            if getattr(self.engine, "inline", False):
+                evaluated = self.engine.evaluate(request)
+            else:
+                evaluated = await asyncio.to_thread(self.engine.evaluate, request)
+            response = _paid(evaluated, charge)
+            if idempotency_key is not None:
+                outcome = (workspace, idempotency_key, json.dumps(response))
+                await self._completions.submit_async(outcome)
+        except BaseException:
+            if not charge.replayed:
+                await asyncio.to_thread(self.ledger.refund, charge.entry_id, REFUND_NOTE)
+            raise
+        return response
+
+
+REFUND_NOTE = "the request failed after its charge"
+
+
+def _admit(
+    body: bytes | str | dict[str, Any], idempotency_key: str | None, key_prefix: str | None
+) -> tuple[DecisionRequest, ChargeRequest]:
+    """The parsed request and what to charge for it; an invalid request is never charged."""
+    request = parse_request(body)
+    check_request(request)
+    return request, ChargeRequest(
+        cost=cost_of(request.reasoning),
+        idempotency_key=idempotency_key,
+        fingerprint=request_fingerprint(request),
+        key_prefix=key_prefix,
+    )
+
+
+def _paid(response: dict[str, Any], charge: Charge) -> dict[str, Any]:
+    response["decisions_used"] = charge.cost
+    response["decisions_remaining"] = charge.balance_after
+    return response
+
+
+def _complete_each(ledger: Ledger, outcomes: Sequence[tuple[str, str, str | None]]) -> list[None]:
+    """Store answers under their idempotency keys, one transaction per workspace."""
+    by_workspace: dict[str, list[tuple[str, str | None]]] = {}
+    for workspace, key, response in outcomes:
+        by_workspace.setdefault(workspace, []).append((key, response))
+    for workspace, answers in by_workspace.items():
+        ledger.complete_many(workspace, answers)
+    return [None] * len(outcomes)

@@ -503,3 +503,14 @@ def test_single_row_is_fast(table: BenchmarkTable) -> None:
         times.append(time.perf_counter() - start)
     times.sort()
     assert times[len(times) // 2] < 0.005  # about 0.5 ms; it was 10-25 ms per call
+
+
+def test_one_place_as_a_dict_equals_its_attached_row(table: BenchmarkTable) -> None:
+    from pipeline.engine.benchmarks import attached_row
+
+    places = [("Riyadh", "Al Malqa", "villa"), ("جدة", None, "شقة"), ("Atlantis", "x", "land"),
+              (None, None, None), ("riyadh ", "al-malqa", " Office ")]  # fmt: skip
+    for place in places:
+        assert attached_row(*place, table) == attach_benchmarks(frame([place]), table).drop(
+            "city", "district", "type"
+        ).row(0, named=True)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import math
 
+import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.engine.request import check_request, parse_request, request_frame
+from pipeline.engine.rules import first_violation, violations
+from pipeline.engine.schema import PROPERTY_TYPES, REQUEST_SCHEMA
 from pipeline.errors import RequestValidationError
 
 VALID = {
@@ -152,3 +157,37 @@ def test_absurd_magnitudes_are_refused_so_price_per_sqm_stays_finite(changes, fi
     # Found by schemathesis: 2.6e307 SAR over 6e-8 m2 gave an infinite price per m2.
     error = error_of(body(**changes))
     assert (error.field, error.message) == (field, message)
+
+
+def _numbers(low: float, high: float):
+    edges = [0.0, -0.0, 0.005, 0.01, 0.5, 1.5, -1.0, 90.0, 90.5, -180.0, 180.5, 300.0, 1000.0,
+             1001.0, 1e8, 1.5e8, 1e11, 2e11, math.inf, -math.inf, math.nan]  # fmt: skip
+    return st.one_of(st.none(), st.sampled_from(edges), st.floats(low, high))
+
+
+generated_rows = st.fixed_dictionaries(
+    {
+        "type": st.one_of(st.none(), st.sampled_from([*PROPERTY_TYPES, "castle", ""])),
+        "price": _numbers(-10, 2e11),
+        "area": _numbers(-10, 2e8),
+        "bedrooms": _numbers(-5, 2000),
+        "bathrooms": _numbers(-5, 2000),
+        "floor": _numbers(-5, 400),
+        "age": _numbers(-5, 2000),
+        "parking": st.one_of(st.none(), st.booleans()),
+        "furnished": st.one_of(st.none(), st.booleans()),
+        "city": st.one_of(st.none(), st.sampled_from(["Riyadh", "", "  ", "\u3000", "جدة"])),
+        "district": st.one_of(st.none(), st.just("Al Malqa")),
+        "lat": _numbers(-100, 100),
+        "lng": _numbers(-200, 200),
+        "reasoning": st.one_of(st.none(), st.booleans()),
+    }
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(generated_rows, min_size=1, max_size=10))
+def test_the_one_row_rules_break_exactly_as_the_frame_rules(rows):
+    by_frame = violations(pl.DataFrame(rows, schema=REQUEST_SCHEMA))["error_message"].to_list()
+    by_row = [None if (rule := first_violation(row)) is None else rule.message for row in rows]
+    assert by_row == by_frame

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.engine.schema import PROPERTY_TYPES
-from pipeline.engine.scoring import score_frame
+from pipeline.engine.scoring import SCORE_COLUMNS, score_frame, score_row
 from tests.engine_frames import DISTRICT_MARKET, NO_MARKET, market_frame, request_row
 
 BUCKETS = ("price", "location", "size", "details")
@@ -145,3 +145,27 @@ def test_overall_score_is_the_weighted_sum_of_rounded_buckets():
         + 0.15 * row["details_score"]
     )
     assert row["score"] == int(weighted + 0.5)
+
+
+wide_listings = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(PROPERTY_TYPES),
+        "price": st.one_of(st.floats(1, 1e11), st.sampled_from([1_000_000.0, 999_999.5])),
+        "area": st.one_of(st.floats(0.01, 1e8), st.sampled_from([25.0, 200.0, 800.0, 5000.0])),
+        "bedrooms": counts,
+        "bathrooms": counts,
+        "floor": st.one_of(st.none(), st.integers(0, 300).map(float)),
+        "age": st.one_of(st.none(), st.sampled_from([0.0, 5.0, 10.0, 20.0, 30.0, 31.0, 999.0])),
+        "parking": flags,
+        "furnished": flags,
+    }
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(wide_listings, min_size=1, max_size=10), markets)
+def test_the_row_formulas_score_exactly_as_the_frame_formulas(rows, market):
+    frame = market_frame([request_row(**row) for row in rows], market)
+    by_frame = score_frame(frame).select(SCORE_COLUMNS).to_dicts()
+    by_row = [{c: score_row(row)[c] for c in SCORE_COLUMNS} for row in frame.to_dicts()]
+    assert by_row == by_frame

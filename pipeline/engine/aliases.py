@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 import polars as pl
@@ -87,12 +87,14 @@ def load_aliases() -> Aliases:
     return parse_aliases(text)
 
 
+@lru_cache(maxsize=8192)  # the service sees the same few hundred places again and again
 def city_key(name: str | None) -> str | None:
     """The benchmark-table city key of one city name."""
     key = normalize_name(name)
     return None if key is None else load_aliases().cities.get(key, key)
 
 
+@lru_cache(maxsize=8192)
 def district_key(name: str | None, city: str | None = None) -> str | None:
     """The district key of one district name; `city` is a city key (see `city_key`)."""
     key = normalize_name(name)

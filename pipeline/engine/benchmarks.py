@@ -99,6 +99,7 @@ _WHITESPACE = (
 _MATCH = ("_m_city", "_m_district", "_m_type")
 # Attached columns that depend on the match keys only (all but the row's own keys).
 _RESOLVED = tuple(c for c in ATTACHED_SCHEMA if c not in ("city_key", "district_key"))
+_UNRESOLVED = (None,) * len(_RESOLVED)
 
 
 @dataclass(frozen=True)
@@ -385,23 +386,37 @@ def _key_exprs() -> tuple[pl.Expr, pl.Expr]:
     )
 
 
+def _resolve_row(
+    city: str | None, district: str | None, type_: str | None, found: _Lookups
+) -> tuple:
+    """The attached columns (ATTACHED_SCHEMA, in order) of one (city, district, type)."""
+    ckey = city_key(city)
+    dkey = district_key(district, ckey)
+    kind = None if type_ is None else type_.strip(_WHITESPACE).lower()
+    match = (
+        ckey if ckey in found.city_keys else None,
+        dkey if (ckey, dkey) in found.district_keys else None,
+        kind if kind in found.types else None,
+    )
+    if match[1] is not None:
+        match = (ckey, *match[1:])
+    return (ckey, dkey, *found.resolved_rows.get(match, _UNRESOLVED))
+
+
 def _resolve_in_python(cities: list, districts: list, types: list, found: _Lookups) -> pl.DataFrame:
     """The attached columns (ATTACHED_SCHEMA) for each (city, district, type), in Python."""
-    empty = (None,) * len(_RESOLVED)
-    rows = []
-    for city, district, type_ in zip(cities, districts, types, strict=True):
-        ckey = city_key(city)
-        dkey = district_key(district, ckey)
-        kind = None if type_ is None else type_.strip(_WHITESPACE).lower()
-        match = (
-            ckey if ckey in found.city_keys else None,
-            dkey if (ckey, dkey) in found.district_keys else None,
-            kind if kind in found.types else None,
-        )
-        if match[1] is not None:
-            match = (ckey, *match[1:])
-        rows.append((ckey, dkey, *found.resolved_rows.get(match, empty)))
+    rows = [_resolve_row(*place, found) for place in zip(cities, districts, types, strict=True)]
     return pl.DataFrame(rows, schema=ATTACHED_SCHEMA, orient="row")
+
+
+def attached_row(
+    city: str | None, district: str | None, type_: str | None, table: BenchmarkTable
+) -> dict:
+    """`attach_benchmarks` for one place, as a dict of the ATTACHED_SCHEMA columns (no polars:
+    the service's path, microseconds)."""
+    return dict(
+        zip(ATTACHED_SCHEMA, _resolve_row(city, district, type_, table.lookups), strict=True)
+    )
 
 
 def _resolve_in_polars(keys: pl.DataFrame, found: _Lookups) -> pl.DataFrame:

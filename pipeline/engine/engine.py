@@ -1,26 +1,25 @@
 """The decision engine: market benchmarks, scoring and reasoning over a request frame.
 
 No balance here: charging is the ledger's job (`pipeline.decisions`). The batch path calls
-`score` on a whole validated frame; the single-request path calls `evaluate`, which runs the
-same `score` on a frame of one row.
+`score` on a whole validated frame (polars expressions); the single-request path calls
+`evaluate`, which runs the same formulas over one row in plain Python (see `scoring`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pipeline.engine.batching import MicroBatcher
-from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks
+from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks, attached_row
 from pipeline.engine.models import DecisionRequest
 from pipeline.engine.reasoning import Explanation, Reasoner, TemplateReasoner
-from pipeline.engine.request import request_frame
-from pipeline.engine.rules import violations
-from pipeline.engine.scoring import score_frame
+from pipeline.engine.request import request_row
+from pipeline.engine.rules import first_violation
+from pipeline.engine.scoring import score_frame, score_row
 from pipeline.errors import RequestValidationError
 
 # Bump when a formula or threshold changes: stored results of another version are stale.
@@ -35,9 +34,10 @@ class Engine:
         needed (a rerun answered from the journal never needs them)."""
         self._benchmarks = benchmarks
         self.reasoner: Reasoner = reasoner or TemplateReasoner()
-        self._batcher: MicroBatcher[DecisionRequest, dict[str, Any]] = MicroBatcher(
-            self._evaluate_many, name="engine"
-        )
+        # `evaluate` is pure computation in microseconds (formulas, dict look-ups, templates):
+        # the service may run it on its event loop. A reasoner that calls out (a language
+        # model) makes it slow, and the service then runs it in a worker thread.
+        self.inline = isinstance(self.reasoner, TemplateReasoner)
 
     @classmethod
     def default(cls) -> Engine:
@@ -66,26 +66,16 @@ class Engine:
         return self.reasoner.explain(scored.to_dicts())
 
     def evaluate(self, request: DecisionRequest) -> dict[str, Any]:
-        """The response body of one request, without the two balance fields.
-
-        Requests evaluated at the same moment (the service's concurrent callers) are scored
-        together as one frame; raises RequestValidationError for an invalid request."""
-        return self._batcher.submit(request)
-
-    def _evaluate_many(
-        self, requests: Sequence[DecisionRequest]
-    ) -> list[dict[str, Any] | RequestValidationError]:
-        frame = pl.concat([request_frame(r) for r in requests], how="vertical")
-        problems = violations(frame).select("error_field", "error_message").rows()
-        scored = self.score(frame)
-        rows = scored.to_dicts()
-        wanted = [i for i, r in enumerate(requests) if r.reasoning and problems[i][0] is None]
-        explained = dict(zip(wanted, self.reasoner.explain([rows[i] for i in wanted]), strict=True))
-        return [
-            RequestValidationError(*problem) if problem[0] is not None
-            else decision_body(row, explained.get(i))
-            for i, (row, problem) in enumerate(zip(rows, problems, strict=True))
-        ]  # fmt: skip
+        """The response body of one request, without the two balance fields; raises
+        RequestValidationError for an invalid request."""
+        row = request_row(request)
+        rule = first_violation(row)
+        if rule is not None:
+            raise RequestValidationError(rule.field, rule.message)
+        row |= attached_row(row["city"], row["district"], row["type"], self.benchmarks)
+        row |= score_row(row)
+        explanation = self.reasoner.explain([row])[0] if request.reasoning else None
+        return decision_body(row, explanation)
 
 
 def benchmark_body(row: Mapping[str, Any]) -> dict[str, Any] | None:

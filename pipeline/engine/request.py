@@ -1,16 +1,14 @@
-"""A JSON decision request -> a validated one-row request frame, or RequestValidationError."""
+"""A JSON decision request -> a checked request row (or one-row frame), or a validation error."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
 from pydantic import ValidationError
 
-from pipeline.engine.batching import MicroBatcher
 from pipeline.engine.models import DecisionRequest
-from pipeline.engine.rules import violations
+from pipeline.engine.rules import first_violation
 from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import RequestValidationError
 
@@ -48,25 +46,26 @@ def _translate(exc: ValidationError) -> RequestValidationError:
     return RequestValidationError(path, f"{path}: {error['msg']}")
 
 
-def request_frame(request: DecisionRequest) -> pl.DataFrame:
-    """The one-row request frame of a parsed request."""
+_FLOATS = frozenset(c for c, dtype in REQUEST_SCHEMA.items() if dtype == pl.Float64)
+
+
+def request_row(request: DecisionRequest) -> dict[str, Any]:
+    """The request as one row of the request frame: REQUEST_SCHEMA keys, numbers as floats."""
     row = {**request.property.model_dump(), **request.location.model_dump()}
     row["reasoning"] = request.reasoning
-    return pl.DataFrame([row], schema=REQUEST_SCHEMA)
+    return {
+        column: float(row[column]) if column in _FLOATS and row[column] is not None else row[column]
+        for column in REQUEST_SCHEMA
+    }
 
 
-def _check_many(requests: Sequence[DecisionRequest]) -> list[RequestValidationError | None]:
-    problems = violations(pl.concat([request_frame(r) for r in requests], how="vertical"))
-    return [
-        None if field is None else RequestValidationError(field, message)
-        for field, message in problems.select("error_field", "error_message").iter_rows()
-    ]
-
-
-_CHECKER: MicroBatcher[DecisionRequest, None] = MicroBatcher(_check_many, name="validation")
+def request_frame(request: DecisionRequest) -> pl.DataFrame:
+    """The one-row request frame of a parsed request."""
+    return pl.DataFrame([request_row(request)], schema=REQUEST_SCHEMA)
 
 
 def check_request(request: DecisionRequest) -> None:
-    """Raise RequestValidationError for the first rule `request` breaks. Concurrent callers
-    are checked together in one frame (see `batching`)."""
-    _CHECKER.submit(request)
+    """Raise RequestValidationError for the first rule `request` breaks."""
+    rule = first_violation(request_row(request))
+    if rule is not None:
+        raise RequestValidationError(rule.field, rule.message)

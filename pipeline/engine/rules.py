@@ -1,19 +1,29 @@
-"""The value rules of a decision request, as polars expressions over the request frame.
+"""The value rules of a decision request: one list, each rule in two renderings side by side.
 
-One list, used by the single-request path (a one-row frame) and the batch path (the whole
-file), so the rules and their messages exist exactly once. The first broken rule of a row, in
-the order of the request body, is the one reported.
+`broken` is a polars expression over the request frame (the batch path: a whole file at once);
+`test` the same rule over one request row as a dict (the service path: polars' fixed cost of a
+few milliseconds per call would dwarf the check of one row). Both come from the one definition
+below, and tests/test_rules.py checks they agree on generated rows. The first broken rule of a
+row, in the order of the request body, is the one reported.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
 from pipeline.engine.schema import FIELD_PATHS, PROPERTY_TYPES
 
 _TYPES = ", ".join(PROPERTY_TYPES)
+# What polars' strip_chars() removes (Unicode White_Space), for the one-row rendering.
+_WHITESPACE = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 @dataclass(frozen=True)
@@ -22,6 +32,7 @@ class Rule:
     slug: str  # short machine name of the rule
     message: str  # names the field and the rule it breaks
     broken: pl.Expr  # true where the row breaks the rule (null counts as not broken)
+    test: Callable[[Mapping[str, Any]], bool]  # the same, for one row: true if it breaks it
 
     @property
     def field(self) -> str:
@@ -34,7 +45,22 @@ def _c(name: str) -> pl.Expr:
 
 def _required(column: str, hint: str = "") -> Rule:
     path = FIELD_PATHS[column]
-    return Rule(column, "required", f"{path} is required{hint}", _c(column).is_null())
+    return Rule(
+        column,
+        "required",
+        f"{path} is required{hint}",
+        _c(column).is_null(),
+        lambda row: row[column] is None,
+    )
+
+
+def _number_rule(
+    column: str, slug: str, message: str, broken: pl.Expr, test: Callable[[float], bool]
+) -> Rule:
+    """A rule on a number column; a missing value breaks none of these (see `_required`)."""
+    return Rule(
+        column, slug, message, broken, lambda row: row[column] is not None and test(row[column])
+    )
 
 
 # Upper bounds far beyond any real listing; they keep price per m2 and every score finite.
@@ -51,15 +77,32 @@ MINIMUM_AREA = 0.01  # m2
 
 def _at_most(column: str) -> Rule:
     path, limit = FIELD_PATHS[column], MAXIMUM[column]
-    return Rule(column, "maximum", f"{path} must be at most {limit:,.0f}", _c(column) > limit)
+    return _number_rule(
+        column, "maximum", f"{path} must be at most {limit:,.0f}", _c(column) > limit,
+        lambda v: v > limit,
+    )  # fmt: skip
+
+
+def _finite(column: str) -> Rule:
+    path = FIELD_PATHS[column]
+    return _number_rule(
+        column, "finite", f"{path} must be a finite number", ~_c(column).is_finite(),
+        lambda v: not math.isfinite(v),
+    )  # fmt: skip
 
 
 def _positive(column: str) -> list[Rule]:
     path = FIELD_PATHS[column]
     return [
         _required(column),
-        Rule(column, "finite", f"{path} must be a finite number", ~_c(column).is_finite()),
-        Rule(column, "positive", f"{path} must be a positive number (> 0)", _c(column) <= 0),
+        _finite(column),
+        _number_rule(
+            column,
+            "positive",
+            f"{path} must be a positive number (> 0)",
+            _c(column) <= 0,
+            lambda v: v <= 0,
+        ),
         _at_most(column),
     ]
 
@@ -68,9 +111,21 @@ def _whole_non_negative(column: str) -> list[Rule]:
     path = FIELD_PATHS[column]
     value = _c(column)
     return [
-        Rule(column, "finite", f"{path} must be a finite number", ~value.is_finite()),
-        Rule(column, "non_negative", f"{path} must not be negative (>= 0)", value < 0),
-        Rule(column, "whole", f"{path} must be a whole number", value.floor() != value),
+        _finite(column),
+        _number_rule(
+            column,
+            "non_negative",
+            f"{path} must not be negative (>= 0)",
+            value < 0,
+            lambda v: v < 0,
+        ),
+        _number_rule(
+            column,
+            "whole",
+            f"{path} must be a whole number",
+            value.floor() != value,
+            lambda v: math.floor(v) != v,
+        ),
         _at_most(column),
     ]
 
@@ -84,13 +139,15 @@ def _coordinate(column: str, other: str, bound: int) -> list[Rule]:
             "pair",
             f"{path} is required when {other_path} is given (send both or neither)",
             value.is_null() & _c(other).is_not_null(),
+            lambda row: row[column] is None and row[other] is not None,
         ),
-        Rule(column, "finite", f"{path} must be a finite number", ~value.is_finite()),
-        Rule(
+        _finite(column),
+        _number_rule(
             column,
             "range",
             f"{path} must be between -{bound} and {bound}",
             (value < -bound) | (value > bound),
+            lambda v: v < -bound or v > bound,
         ),
     ]
 
@@ -102,14 +159,16 @@ RULES: tuple[Rule, ...] = (
         "one_of",
         f"property.type must be one of {_TYPES}",
         ~_c("type").is_in(list(PROPERTY_TYPES)),
+        lambda row: row["type"] is not None and row["type"] not in PROPERTY_TYPES,
     ),
     *_positive("price"),
     *_positive("area"),
-    Rule(
+    _number_rule(
         "area",
         "minimum",
         f"property.area must be at least {MINIMUM_AREA} m2",
         _c("area") < MINIMUM_AREA,
+        lambda v: v < MINIMUM_AREA,
     ),
     *_whole_non_negative("bedrooms"),
     *_whole_non_negative("bathrooms"),
@@ -117,7 +176,11 @@ RULES: tuple[Rule, ...] = (
     *_whole_non_negative("age"),
     _required("city"),
     Rule(
-        "city", "not_blank", "location.city must not be empty", _c("city").str.strip_chars() == ""
+        "city",
+        "not_blank",
+        "location.city must not be empty",
+        _c("city").str.strip_chars() == "",
+        lambda row: row["city"] is not None and row["city"].strip(_WHITESPACE) == "",
     ),
     *_coordinate("lat", "lng", 90),
     *_coordinate("lng", "lat", 180),
@@ -145,3 +208,11 @@ def violations(requests: pl.DataFrame) -> pl.DataFrame:
     """Per row: `error_field` (dotted path), `error_column`, `error_message`; nulls when valid."""
     index = requests.select(FIRST_BROKEN_RULE)["rule"]
     return pl.DataFrame([_FIELDS.gather(index), _COLUMNS.gather(index), _MESSAGES.gather(index)])
+
+
+def first_violation(row: Mapping[str, Any]) -> Rule | None:
+    """The first rule one request row (REQUEST_SCHEMA keys) breaks, or None."""
+    for rule in RULES:
+        if rule.test(row):
+            return rule
+    return None

@@ -1,14 +1,22 @@
 """The scoring formulas: four buckets, the overall score and the verdict (docs/scoring.md).
 
-The only implementation. It runs over a request frame to which `benchmarks.attach_benchmarks`
-has added the market figures; a single request is a frame of one row.
+Each formula is written twice, side by side: as a polars expression over a request frame to
+which `benchmarks.attach_benchmarks` has added the market figures (the batch path, a million
+rows a second), and as plain Python over one such row as a dict (the service path, where
+polars' fixed cost of milliseconds per call would be most of a request). tests/test_scoring.py
+checks on generated rows that both give the same scores, statuses and verdicts.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from itertools import pairwise
+from typing import Any
 
 import polars as pl
+
+Row = Mapping[str, Any]
 
 # Weights of the buckets in the overall score; they sum to 1.
 WEIGHTS: dict[str, float] = {"price": 0.40, "location": 0.20, "size": 0.25, "details": 0.15}
@@ -76,6 +84,42 @@ def _ppsqm() -> pl.Expr:
     return pl.col("price") / pl.col("area")
 
 
+# -- one row: the helpers behave like the polars operations above, nulls (None) included ------
+
+
+def _clip_row(x: float | None) -> float | None:
+    return None if x is None else min(max(x, 0.0), 100.0)
+
+
+def _round_score_row(x: float | None) -> int | None:
+    return None if x is None else math.floor(x + 0.5)
+
+
+def _divide(a: float, b: float) -> float:
+    """IEEE division, as polars divides floats (x / 0 is inf or NaN, not an exception)."""
+    if b == 0:
+        return (
+            math.nan
+            if a == 0 or math.isnan(a)
+            else math.copysign(math.inf, a) * math.copysign(1, b)
+        )
+    return a / b
+
+
+def _linear_row(x: float, x0: float, x1: float, y0: float, y1: float) -> float:
+    return y0 + (y1 - y0) * _divide(x - x0, x1 - x0)
+
+
+def _ppsqm_row(row: Row) -> float:
+    return _divide(row["price"], row["area"])
+
+
+def _type_adjusted_row(row: Row, name: str) -> float | None:
+    value = row[f"benchmark_{name}_sqm"]
+    factor = row["type_factor"]
+    return None if value is None else value * (1.0 if factor is None else factor)
+
+
 def type_adjusted(name: str) -> pl.Expr:
     """A benchmark percentile scaled to the property type (the deeds carry no type)."""
     return pl.col(f"benchmark_{name}_sqm") * pl.col("type_factor").fill_null(1.0)
@@ -100,6 +144,25 @@ def price_bucket() -> pl.Expr:
     return _clip(score)
 
 
+def price_bucket_row(row: Row) -> float | None:
+    ppsqm = _ppsqm_row(row)
+    p25, median, p75 = (_type_adjusted_row(row, k) for k in ("p25", "median", "p75"))
+    if median is None:
+        return _clip_row(PRICE_WITHOUT_BENCHMARK)
+    if p25 is None or p75 is None:
+        return None  # as polars: every branch past the median reads one of them
+    if p25 is not None and ppsqm <= p25:
+        score = PRICE_AT_P25
+    elif ppsqm <= median:
+        score = _linear_row(ppsqm, p25, median, PRICE_AT_P25, PRICE_AT_MEDIAN)
+    elif p75 is not None and ppsqm <= p75:
+        score = _linear_row(ppsqm, median, p75, PRICE_AT_MEDIAN, PRICE_AT_P75)
+    else:
+        zero_at = p75 * PRICE_ZERO_AT_P75_TIMES
+        score = _linear_row(ppsqm, p75, zero_at, PRICE_AT_P75, 0.0)
+    return _clip_row(score)
+
+
 def location_bucket() -> pl.Expr:
     """Demand (deeds traded) and trend (year-over-year change) of the benchmark's area."""
     count = pl.col("benchmark_transaction_count").cast(pl.Float64)
@@ -114,6 +177,21 @@ def location_bucket() -> pl.Expr:
         .then(blended * CITY_LEVEL_FACTOR)
         .otherwise(blended)
     )
+
+
+def location_bucket_row(row: Row) -> float | None:
+    level = row["benchmark_level"]
+    if level is None:
+        return LOCATION_WITHOUT_BENCHMARK
+    count, yoy = row["benchmark_transaction_count"], row["benchmark_yoy_pct"]
+    if count is None:
+        return None
+    demand = _clip_row(
+        100.0 * math.log10(max(float(count), 1.0)) / math.log10(DEMAND_FULL_AT_DEEDS)
+    )
+    trend = 50.0 if yoy is None else _clip_row(50.0 + TREND_POINTS_PER_PCT * yoy)
+    blended = DEMAND_WEIGHT * demand + (1 - DEMAND_WEIGHT) * trend
+    return blended * CITY_LEVEL_FACTOR if level == "city" else blended
 
 
 def _piecewise(x: pl.Expr, anchors: tuple[tuple[float, float], ...]) -> pl.Expr:
@@ -132,6 +210,21 @@ def area_is_unusual() -> pl.Expr:
     return unusual
 
 
+def _piecewise_row(x: float, anchors: tuple[tuple[float, float], ...]) -> float:
+    (x_first, y_first), *_ = anchors
+    if x <= x_first:
+        return y_first
+    for (x0, y0), (x1, y1) in pairwise(anchors):
+        if x <= x1:
+            return _linear_row(x, x0, x1, y0, y1)
+    return anchors[-1][1]
+
+
+def area_is_unusual_row(row: Row) -> bool:
+    bounds = AREA_RANGE.get(row["type"])
+    return bounds is not None and (row["area"] < bounds[0] or row["area"] > bounds[1])
+
+
 def size_bucket() -> pl.Expr:
     """Price per m2 against the market average for the property type in the district (else the
     city, else the country)."""
@@ -142,6 +235,15 @@ def size_bucket() -> pl.Expr:
         .otherwise(_piecewise(ratio, SIZE_ANCHORS))
     )
     return _clip(score - pl.when(area_is_unusual()).then(UNUSUAL_AREA_PENALTY).otherwise(0.0))
+
+
+def size_bucket_row(row: Row) -> float | None:
+    average = row["market_avg_sqm"]
+    if average is None:
+        score = SIZE_WITHOUT_AVERAGE
+    else:
+        score = _piecewise_row(_divide(_ppsqm_row(row), average), SIZE_ANCHORS)
+    return _clip_row(score - (UNUSUAL_AREA_PENALTY if area_is_unusual_row(row) else 0.0))
 
 
 def _points(condition: pl.Expr, points: float) -> pl.Expr:
@@ -246,6 +348,60 @@ def details_bucket() -> pl.Expr:
     )
 
 
+def _age_points_row(age: float | None) -> float:
+    if age is None:
+        return -5.0
+    for up_to, points in ((5, 20.0), (10, 10.0), (20, 0.0), (30, -15.0)):
+        if age <= up_to:
+            return points
+    return -25.0
+
+
+def _yes_no_points_row(value: bool | None, yes: float, no: float, unknown: float) -> float:
+    return unknown if value is None else yes if value else no
+
+
+def _bathroom_points_row(row: Row) -> float:
+    baths, beds = row["bathrooms"], row["bedrooms"]
+    if baths is None:
+        return -5.0
+    return 5.0 if baths >= max(1.0, (beds or 0.0) / 2) else -5.0
+
+
+def details_bucket_row(row: Row) -> float | None:
+    kind, age, floor, beds = row["type"], row["age"], row["floor"], row["bedrooms"]
+    furnished = 5.0 if row["furnished"] else 0.0
+    if kind == "apartment":
+        floor_points = -3.0 if floor is None else -5.0 if floor == 0 else 5.0 if floor <= 8 else 0.0
+        bed_points = -5.0 if beds is None else 5.0 if beds >= 1 else 0.0
+        score = (
+            55.0 + _age_points_row(age) + floor_points + bed_points + _bathroom_points_row(row)
+            + _yes_no_points_row(row["parking"], 10.0, -10.0, -3.0) + furnished
+        )  # fmt: skip
+    elif kind == "villa":
+        bed_points = -5.0 if beds is None else -10.0 if beds < 3 else 10.0 if beds <= 7 else 5.0
+        score = (
+            55.0 + _age_points_row(age) + bed_points + _bathroom_points_row(row)
+            + _yes_no_points_row(row["parking"], 5.0, -10.0, -3.0)
+        )  # fmt: skip
+    elif kind == "land":
+        score = 70.0 - (15.0 if row["area"] < 200 else 0.0)
+    elif kind == "commercial":
+        floor_points = (
+            -3.0 if floor is None else 15.0 if floor == 0 else 0.0 if floor == 1 else -10.0
+        )
+        score = (
+            55.0 + _age_points_row(age) + floor_points
+            + _yes_no_points_row(row["parking"], 15.0, -15.0, -5.0)
+        )  # fmt: skip
+    else:
+        score = (
+            55.0 + _age_points_row(age)
+            + _yes_no_points_row(row["parking"], 10.0, -10.0, -3.0) + furnished
+        )  # fmt: skip
+    return _clip_row(score)
+
+
 def status(score: pl.Expr) -> pl.Expr:
     return (
         pl.when(score >= MATCH_FROM)
@@ -264,6 +420,14 @@ def verdict(score: pl.Expr) -> pl.Expr:
         .then(pl.lit("partial"))
         .otherwise(pl.lit("no_match"))
     )
+
+
+def _band(score: int | None, labels: tuple[str, str, str]) -> str:
+    if score is not None and score >= MATCH_FROM:
+        return labels[0]
+    if score is not None and score >= PARTIAL_FROM:
+        return labels[1]
+    return labels[2]
 
 
 def _bucket_expressions() -> list[pl.Expr]:
@@ -293,3 +457,33 @@ def score_frame(frame: pl.DataFrame) -> pl.DataFrame:
         .with_columns(*_STATUSES, _OVERALL)
         .with_columns(verdict(pl.col("score")).alias("verdict"))
     )
+
+
+_BUCKET_ROWS = {
+    "price": price_bucket_row,
+    "location": location_bucket_row,
+    "size": size_bucket_row,
+    "details": details_bucket_row,
+}
+
+
+def score_row(row: Row) -> dict[str, Any]:
+    """`score_frame` for one row (a dict with the request and attached columns): the same
+    SCORE_COLUMNS, as a dict."""
+    ppsqm = _ppsqm_row(row)
+    scored: dict[str, Any] = {
+        "price_per_sqm": round(ppsqm * 100) / 100 if math.isfinite(ppsqm) else ppsqm
+    }
+    for name, bucket in _BUCKET_ROWS.items():
+        score = _round_score_row(bucket(row))
+        scored[f"{name}_score"] = score
+        scored[f"{name}_status"] = _band(score, ("pass", "warn", "fail"))
+    buckets = [scored[f"{name}_score"] for name in WEIGHTS]
+    overall = None
+    if None not in buckets:
+        overall = _round_score_row(
+            sum(WEIGHTS[n] * b for n, b in zip(WEIGHTS, buckets, strict=True))
+        )
+    scored["score"] = overall
+    scored["verdict"] = _band(overall, ("match", "partial", "no_match"))
+    return scored

@@ -6,7 +6,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError as FastApiValidationError
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
@@ -72,7 +71,7 @@ def create_app(
         )
         state: dict[str, Any] = request.scope.setdefault("state", {})
         try:
-            body = await run_in_threadpool(handler.handle, incoming, state)
+            body = await handler.handle(incoming, state)
         except ApiError as error:
             return error.response()
         return json_response(200, body)
