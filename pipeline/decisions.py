@@ -83,16 +83,20 @@ class DecisionDesk:
         idempotency_key: str | None = None,
         key_prefix: str | None = None,
     ) -> dict[str, Any]:
-        """`decide` on an event loop: the engine inline when it says it is fast (microseconds
-        of pure computation), else in a worker thread; ledger writes awaited, never blocking."""
+        """`decide` on an event loop: the ledger's writes are awaited, never blocking it.
+
+        An engine that says it is fast (`inline`: microseconds of pure computation) answers
+        first, on the loop, and its answer is sent only once the charge is made: the charge's
+        worker thread then never competes with the loop for the GIL. Any other engine runs
+        after the charge, in a worker thread, and a failure refunds the charge."""
         request, wanted = _admit(body, idempotency_key, key_prefix)
+        inline = getattr(self.engine, "inline", False)
+        evaluated = self.engine.evaluate(request) if inline else None
         charge = await self._charges.submit_async((workspace, wanted))
         if charge.replayed and charge.response is not None:
             return json.loads(charge.response)
         try:
-            if getattr(self.engine, "inline", False):
-                evaluated = self.engine.evaluate(request)
-            else:
+            if evaluated is None:
                 evaluated = await asyncio.to_thread(self.engine.evaluate, request)
             response = _paid(evaluated, charge)
             if idempotency_key is not None:

@@ -39,12 +39,13 @@ class MicroBatcher(Generic[Item, Result]):
         self._ensure_worker()
         return future.result()
 
-    async def submit_async(self, item: Item) -> Result:
-        """`submit` for a coroutine: the event loop is free while the worker runs the batch."""
+    def submit_async(self, item: Item) -> asyncio.Future[Result]:
+        """`submit` for a coroutine: queued at once; await the future for the result (the event
+        loop is free while the worker runs the batch)."""
         future: Future[Result] = Future()
         self._queue.put((item, future))
         self._ensure_worker()
-        return await asyncio.wrap_future(future)
+        return asyncio.wrap_future(future)
 
     def _ensure_worker(self) -> None:
         if self._worker is not None:
