@@ -55,12 +55,12 @@ def requests(n: int) -> pl.DataFrame:
 
 
 def scorer_with(handler: Callable[[httpx.Request], httpx.Response], **config: object) -> HttpScorer:
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    transport = httpx.MockTransport(handler)
     options = {"retry": RetryPolicy(attempts=4)} | config
     return HttpScorer(
         RemoteConfig(base_url="http://service.test", **options),  # type: ignore[arg-type]
         ApiKey("sk-test"),
-        client=client,
+        transport=transport,
     )
 
 

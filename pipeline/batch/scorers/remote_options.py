@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import UsageError
 from pipeline.settings import Settings
 
-if TYPE_CHECKING:  # the HTTP stack (aiohttp) costs half a second to import: only when used
+if TYPE_CHECKING:  # the HTTP stack costs a fraction of a second to import: only when used
     from pipeline.batch.scorers.http import ApiKey, HttpScorer
 
 ENV_URL = "DECISIONS_API_URL"

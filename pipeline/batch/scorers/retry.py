@@ -41,17 +41,12 @@ from tenacity import (
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 
-try:  # the transport's own errors, should one escape httpx's mapping
-    import aiohttp
-
-    _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
-        httpx.TransportError,
-        aiohttp.ClientError,
-        asyncio.TimeoutError,
-        OSError,
-    )
-except ImportError:  # pragma: no cover - aiohttp is a dependency
-    _TRANSPORT_ERRORS = (httpx.TransportError, asyncio.TimeoutError, OSError)
+# The transport raises httpx's exceptions; the others are a safety net for what might escape.
+_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    httpx.TransportError,
+    asyncio.TimeoutError,
+    OSError,
+)
 
 _testing = False
 
