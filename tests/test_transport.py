@@ -151,7 +151,11 @@ def test_a_dropped_or_broken_answer_is_an_httpx_error_the_retry_policy_knows():
         await read_request(reader)
         writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{"half')
 
-    for handler in (drops, garbage, cut):
+    async def endless_head(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Padding: " + b"x" * 100_000 + b"\r\n\r\n{}")
+
+    for handler in (drops, garbage, cut, endless_head):
         (answer,), _ = exchange(handler, post())
         assert isinstance(answer, httpx.RemoteProtocolError), handler.__name__
 

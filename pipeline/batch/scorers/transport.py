@@ -69,8 +69,8 @@ def _transport_error(
         return httpx.RemoteProtocolError("the server closed the connection mid-answer")
     if isinstance(exc, OSError | ConnectionError | EOFError):
         return error(str(exc) or type(exc).__name__)
-    if isinstance(exc, ValueError):  # a line longer than the stream's limit
-        return httpx.RemoteProtocolError(str(exc))
+    if isinstance(exc, ValueError | asyncio.LimitOverrunError):  # over the stream's limit
+        return httpx.RemoteProtocolError(f"an answer's head or line is too long ({exc})")
     raise exc
 
 
@@ -166,14 +166,17 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
             try:
                 # One deadline for the whole answer (a decision is a small body).
                 async with asyncio.timeout(timeouts.get("read")):
-                    status_line = await reader.readline()
-                    if not status_line:
+                    try:
+                        head_bytes = await reader.readuntil(b"\r\n\r\n")
+                    except asyncio.IncompleteReadError as exc:
+                        if exc.partial:
+                            raise
                         raise _NothingReceived(
                             httpx.RemoteProtocolError("the server closed the connection unanswered")
-                        )
+                        ) from None
                     received = True
                     status, headers, body, reusable = await self._read_answer(
-                        reader, status_line, request.method
+                        reader, head_bytes, request.method
                     )
             except (_NothingReceived, httpx.TransportError):
                 raise
@@ -191,14 +194,15 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                 connection.close()
 
     async def _read_answer(
-        self, reader: asyncio.StreamReader, status_line: bytes, method: str
+        self, reader: asyncio.StreamReader, head: bytes, method: str
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+        """Status, headers, body and whether the connection stays usable, from the answer's
+        head (status line and headers, read whole) and what follows it on `reader`."""
         while True:
-            version, status = _status(status_line)
-            headers = await _headers(reader)
+            version, status, headers = _parse_head(head)
             if not 100 <= status < 200:
                 break
-            status_line = await reader.readline()  # an interim answer (100 Continue): skip it
+            head = await reader.readuntil(b"\r\n\r\n")  # an interim answer (100): skip it
         fields = {name.lower(): value for name, value in headers}
         closing = b"close" in fields.get(b"connection", b"").lower() or version == b"HTTP/1.0"
         if method == "HEAD" or status in _NO_BODY_STATUSES:
@@ -213,23 +217,31 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         return status, headers, await reader.read(), False  # framed by the end of the stream
 
 
-def _status(line: bytes) -> tuple[bytes, int]:
-    parts = line.split(None, 2)
+def _parse_head(head: bytes) -> tuple[bytes, int, list[tuple[bytes, bytes]]]:
+    status_line, *lines = head[:-4].split(b"\r\n")
+    parts = status_line.split(None, 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-        raise httpx.RemoteProtocolError(f"not an HTTP/1.1 status line: {line[:80]!r}")
-    return parts[0], int(parts[1])
-
-
-async def _headers(reader: asyncio.StreamReader) -> list[tuple[bytes, bytes]]:
+        raise httpx.RemoteProtocolError(f"not an HTTP/1.1 status line: {status_line[:80]!r}")
+    if len(lines) > _MAX_HEADERS:
+        raise httpx.RemoteProtocolError(f"more than {_MAX_HEADERS} header lines")
     headers = []
-    while (line := await reader.readline()) not in (b"\r\n", b"\n"):
-        if not line:
-            raise httpx.RemoteProtocolError("the server closed the connection mid-headers")
+    for line in lines:
         name, colon, value = line.partition(b":")
-        if not colon or len(headers) >= _MAX_HEADERS:
+        if not colon:
             raise httpx.RemoteProtocolError(f"a malformed header line: {line[:80]!r}")
         headers.append((name.strip(), value.strip()))
-    return headers
+    return parts[0], int(parts[1]), headers
+
+
+async def _trailers(reader: asyncio.StreamReader) -> None:
+    """The trailer lines after the last chunk, up to the empty line (their content unused)."""
+    for _ in range(_MAX_HEADERS):
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n"):
+            return
+        if not line:
+            raise httpx.RemoteProtocolError("the server closed the connection mid-trailers")
+    raise httpx.RemoteProtocolError(f"more than {_MAX_HEADERS} trailer lines")
 
 
 async def _chunked(reader: asyncio.StreamReader) -> bytes:
@@ -241,7 +253,7 @@ async def _chunked(reader: asyncio.StreamReader) -> bytes:
         except ValueError:
             raise httpx.RemoteProtocolError(f"a malformed chunk size: {size_line[:40]!r}") from None
         if size == 0:
-            await _headers(reader)  # trailers, if any, end with an empty line
+            await _trailers(reader)
             return b"".join(parts)
         parts.append(await reader.readexactly(size))
         await reader.readexactly(2)  # the CRLF after the chunk
