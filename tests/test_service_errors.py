@@ -168,3 +168,29 @@ def test_engine_failure_is_a_bare_500_and_refunded(
         assert charge["key_prefix"] == svc.key[:11] and charge["fingerprint"]
     assert svc.key not in caplog.text
     assert svc.key[3:] not in caplog.text
+
+
+class FailingInlineEngine(FailingEngine):
+    """Says it is fast enough for the event loop: it answers before the charge is made."""
+
+    inline = True
+
+
+def test_an_inline_engine_failure_is_a_500_and_charges_nothing(tmp_path: Path) -> None:
+    with running_service(tmp_path, FailingInlineEngine(), balance=10) as svc:
+        assert_error(svc.post(body(), headers={"Idempotency-Key": "k-1"}), 500, "internal_error")
+        assert svc.balance() == 10
+        assert [e["kind"] for e in svc.ledger.entries("acme")] == ["opening"]
+
+
+def test_the_real_engine_answers_on_the_loop_and_is_charged_once(tmp_path: Path) -> None:
+    from pipeline.engine.engine import Engine
+
+    engine = Engine.default()
+    assert engine.inline
+    with running_service(tmp_path, engine, balance=10) as svc:
+        first = svc.post(body(), headers={"Idempotency-Key": "k-2"})
+        again = svc.post(body(), headers={"Idempotency-Key": "k-2"})
+        assert first.status_code == again.status_code == 200
+        assert again.json() == first.json() and first.json()["decisions_remaining"] == 9
+        assert svc.balance() == 9
