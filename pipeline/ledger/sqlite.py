@@ -209,12 +209,12 @@ class SqliteLedger:
     def _charge_in(
         self, db: sqlite3.Connection, workspace_id: int, balance: int, request: ChargeRequest
     ) -> Charge:
+        """The charge's entry (and idempotency record); the caller writes the new balance."""
         if request.cost <= 0:
             raise LedgerError("a charge must cost at least one decision")
         if balance < request.cost or balance == 0:
             raise InsufficientDecisions(required=request.cost, balance=balance)
         balance -= request.cost
-        db.execute("UPDATE workspaces SET balance = ? WHERE id = ?", (balance, workspace_id))
         entry_id = self._entry(db, workspace_id, "charge", -request.cost, balance, request)
         if request.idempotency_key is not None:
             db.execute(
@@ -225,21 +225,21 @@ class SqliteLedger:
         return Charge(entry_id, request.cost, balance)
 
     def charge(self, workspace: str, request: ChargeRequest) -> Charge:
-        with self._transaction() as db:
-            workspace_id, balance = self._row(db, workspace)
-            earlier = self._earlier(db, workspace_id, request)
-            if earlier is not None:
-                return earlier
-            return self._charge_in(db, workspace_id, balance, request)
+        (outcome,) = self.charge_each([(workspace, request)])
+        if isinstance(outcome, LedgerError):
+            raise outcome
+        return outcome
 
     def charge_each(
         self, charges: Sequence[tuple[str, ChargeRequest]]
     ) -> list[Charge | LedgerError]:
         """Each (workspace, request) charged as `charge` would, all in one transaction (one
-        fsync for many concurrent requests); a refusal comes back in place of its charge."""
+        fsync for many concurrent requests); a refusal comes back in place of its charge.
+        Each workspace's balance is written once, at the end (its entries carry each step)."""
         results: list[Charge | LedgerError] = []
         with self._transaction() as db:
             balances: dict[str, tuple[int, int]] = {}
+            spent: set[str] = set()
             for workspace, request in charges:
                 try:
                     if workspace not in balances:
@@ -253,7 +253,13 @@ class SqliteLedger:
                     continue
                 if not charge.replayed:
                     balances[workspace] = (workspace_id, charge.balance_after)
+                    spent.add(workspace)
                 results.append(charge)
+            for workspace in spent:
+                workspace_id, balance = balances[workspace]
+                db.execute(
+                    "UPDATE workspaces SET balance = ? WHERE id = ?", (balance, workspace_id)
+                )
         return results
 
     def complete(self, workspace: str, idempotency_key: str, response: str | None) -> None:
