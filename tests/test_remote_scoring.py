@@ -26,7 +26,7 @@ from pipeline.batch.scorers.local import LocalScorer
 from pipeline.batch.scorers.remote_options import add_remote_options, remote_scorer_from_args
 from pipeline.batch.scorers.retry import set_testing
 from pipeline.engine.engine import Engine
-from pipeline.errors import UsageError
+from pipeline.errors import InsufficientDecisions, UsageError
 from pipeline.ledger.base import ChargeRequest
 from pipeline.ledger.sqlite import SqliteLedger
 from pipeline.settings import Settings
@@ -145,7 +145,12 @@ def test_402_mid_run_then_topup_then_same_run_pays_each_row_once(tmp_path, servi
         nonlocal drained
         if requests_seen == 60 and not drained:
             drained = True
-            service.ledger.charge("acme", ChargeRequest(cost=service.balance() - 10))
+            while True:  # requests in flight are charged meanwhile: read the balance again
+                try:
+                    service.ledger.charge("acme", ChargeRequest(cost=service.balance() - 10))
+                    break
+                except InsufficientDecisions:
+                    continue
 
     journal_path = tmp_path / "run.journal"
     out = tmp_path / "out.parquet"
