@@ -105,8 +105,10 @@ def _serve(db: str, port: int) -> None:
     """The server process: the real app with the bare endpoint, no access log."""
     import uvicorn
 
-    from pipeline.service.server import build_app
+    from pipeline.service.server import build_app, tune_process
     from pipeline.settings import load_settings
+
+    tune_process()  # as `decisions serve` does
 
     settings = load_settings()
     app = build_app(Path(db), settings.resolve(settings.benchmarks.table), bare_endpoint=True)

