@@ -86,9 +86,10 @@ class DecisionDesk:
         """`decide` on an event loop: the ledger's writes are awaited, never blocking it.
 
         An engine that says it is fast (`inline`: microseconds of pure computation) answers
-        first, on the loop, and its answer is sent only once the charge is made: the charge's
-        worker thread then never competes with the loop for the GIL. Any other engine runs
-        after the charge, in a worker thread, and a failure refunds the charge."""
+        first, on the loop, and its answer is sent only once the charge is made; if it fails,
+        nothing was charged. (Evaluating while the charge commits was measured slower: the
+        writer thread then waits for the GIL behind the loop.) Any other engine runs after
+        the charge, in a worker thread, and a failure refunds the charge."""
         request, wanted = _admit(body, idempotency_key, key_prefix)
         inline = getattr(self.engine, "inline", False)
         evaluated = self.engine.evaluate(request) if inline else None
