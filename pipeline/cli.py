@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -48,8 +49,10 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
     desk = DecisionDesk(engine, _ledger(args, settings))
     try:
-        response = desk.decide(
-            body, workspace=_workspace(args, settings), idempotency_key=args.idempotency_key
+        response = asyncio.run(
+            desk.decide_async(
+                body, workspace=_workspace(args, settings), idempotency_key=args.idempotency_key
+            )
         )
     except (RequestValidationError, LedgerError) as exc:
         _print_json(exc.body())

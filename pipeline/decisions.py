@@ -35,11 +35,11 @@ def request_fingerprint(request: DecisionRequest) -> str:
 
 
 class DecisionDesk:
-    """`decide` for a caller on a thread (the CLI), `decide_async` for the service's event loop.
+    """`decide_async`, for the service's event loop and (under asyncio.run) `decisions decide`.
 
-    Both run the same steps; the ledger's writes go through one writer thread each (charges,
-    completions), so concurrent requests share a transaction and its fsync (group commit), and
-    the event loop never waits on the disk.
+    The ledger's writes go through one writer thread each (charges, completions), so concurrent
+    requests share a transaction and its fsync (group commit), and the event loop never waits
+    on the disk.
     """
 
     def __init__(self, engine: Engine, ledger: Ledger) -> None:
@@ -52,29 +52,6 @@ class DecisionDesk:
             partial(_complete_each, ledger), name="completions"
         )
 
-    def decide(
-        self,
-        body: bytes | str | dict[str, Any],
-        *,
-        workspace: str,
-        idempotency_key: str | None = None,
-        key_prefix: str | None = None,
-    ) -> dict[str, Any]:
-        """The spec's response body; raises RequestValidationError or a LedgerError."""
-        request, wanted = _admit(body, idempotency_key, key_prefix)
-        charge = self._charges.submit((workspace, wanted))
-        if charge.replayed and charge.response is not None:
-            return json.loads(charge.response)
-        try:
-            response = _paid(self.engine.evaluate(request), charge)
-            if idempotency_key is not None:
-                self._completions.submit((workspace, idempotency_key, json.dumps(response)))
-        except BaseException:
-            if not charge.replayed:
-                self.ledger.refund(charge.entry_id, REFUND_NOTE)
-            raise
-        return response
-
     async def decide_async(
         self,
         body: bytes | str | dict[str, Any],
@@ -83,7 +60,8 @@ class DecisionDesk:
         idempotency_key: str | None = None,
         key_prefix: str | None = None,
     ) -> dict[str, Any]:
-        """`decide` on an event loop: the ledger's writes are awaited, never blocking it.
+        """The spec's response body; raises RequestValidationError or a LedgerError. The
+        ledger's writes are awaited, never blocking the event loop.
 
         An engine that says it is fast (`inline`: microseconds of pure computation) answers
         first, on the loop, and its answer is sent only once the charge is made; if it fails,

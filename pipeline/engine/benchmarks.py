@@ -23,6 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.engine.aliases import city_key, city_key_expr, district_key, district_key_expr
+from pipeline.engine.names import STRIP_WHITESPACE
 
 DEFAULT_DIR = Path(__file__).parents[2] / "sample_data"
 
@@ -90,11 +91,6 @@ _TEMP = {"_city": "city", "_district": "district", "_type_in": "type"}
 # expressions and joins, whose fixed cost (a few ms) pays off there. Both read the same
 # resolved table, and the name functions match their expressions (tests/test_names.py).
 _PYTHON_MAX = 256
-# The whitespace polars' strip_chars removes (Unicode White_Space), for the Python path.
-_WHITESPACE = (
-    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
-    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-)
 # Match keys: the benchmark place and type a row resolves to (null where it has none).
 _MATCH = ("_m_city", "_m_district", "_m_type")
 # Attached columns that depend on the match keys only (all but the row's own keys).
@@ -392,7 +388,7 @@ def _resolve_row(
     """The attached columns (ATTACHED_SCHEMA, in order) of one (city, district, type)."""
     ckey = city_key(city)
     dkey = district_key(district, ckey)
-    kind = None if type_ is None else type_.strip(_WHITESPACE).lower()
+    kind = None if type_ is None else type_.strip(STRIP_WHITESPACE).lower()
     match = (
         ckey if ckey in found.city_keys else None,
         dkey if (ckey, dkey) in found.district_keys else None,

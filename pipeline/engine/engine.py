@@ -19,13 +19,12 @@ from pipeline.engine.models import DecisionRequest
 from pipeline.engine.reasoning import Explanation, Reasoner, TemplateReasoner
 from pipeline.engine.request import request_row
 from pipeline.engine.rules import first_violation
+from pipeline.engine.schema import BENCHMARK_FIELDS
 from pipeline.engine.scoring import score_frame, score_row
 from pipeline.errors import RequestValidationError
 
 # Bump when a formula or threshold changes: stored results of another version are stale.
 FORMULA_VERSION = "1"
-
-BENCHMARK_FIELDS = ("median_sqm", "p25_sqm", "p75_sqm", "year", "transaction_count", "yoy_pct")
 
 
 class Engine:

@@ -51,6 +51,12 @@ _FOLD: dict[str, str] = {
     **dict.fromkeys('-_.,\u060c/\\()[]"\u2010\u2011\u2012\u2013\u2014', " "),
 }
 
+# What polars' strip_chars() removes (Unicode White_Space): str.strip(STRIP_WHITESPACE)
+# in Python matches it, for the one-row paths.
+STRIP_WHITESPACE = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 _WS = r"[\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
 _PREFIX = r"^(?:(?:حي|al|el|ar|as|ash|ad|at|az|an|adh|ath) )+"
 _SUFFIX = r"(?: (?:district|neighborhood|neighbourhood))+$"

@@ -16,14 +16,10 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.engine.names import STRIP_WHITESPACE
 from pipeline.engine.schema import FIELD_PATHS, PROPERTY_TYPES
 
 _TYPES = ", ".join(PROPERTY_TYPES)
-# What polars' strip_chars() removes (Unicode White_Space), for the one-row rendering.
-_WHITESPACE = (
-    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
-    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-)
 
 
 @dataclass(frozen=True)
@@ -180,7 +176,7 @@ RULES: tuple[Rule, ...] = (
         "not_blank",
         "location.city must not be empty",
         _c("city").str.strip_chars() == "",
-        lambda row: row["city"] is not None and row["city"].strip(_WHITESPACE) == "",
+        lambda row: row["city"] is not None and row["city"].strip(STRIP_WHITESPACE) == "",
     ),
     *_coordinate("lat", "lng", 90),
     *_coordinate("lng", "lat", 180),

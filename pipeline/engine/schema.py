@@ -45,3 +45,8 @@ FIELD_PATHS: dict[str, str] = {
 
 PROPERTY_FIELDS = tuple(c for c, p in FIELD_PATHS.items() if p.startswith("property."))
 LOCATION_FIELDS = tuple(c for c, p in FIELD_PATHS.items() if p.startswith("location."))
+
+# The figures of the response's `benchmark` object; column `benchmark_<name>` of a scored frame.
+BENCHMARK_FIELDS: tuple[str, ...] = (
+    "median_sqm", "p25_sqm", "p75_sqm", "year", "transaction_count", "yoy_pct",
+)  # fmt: skip

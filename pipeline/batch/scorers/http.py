@@ -52,7 +52,7 @@ from pipeline.batch.scorers.retry import (
     send_with_retry,
 )
 from pipeline.batch.scorers.transport import KeepAliveTransport
-from pipeline.engine.schema import LOCATION_FIELDS, PROPERTY_FIELDS
+from pipeline.engine.schema import BENCHMARK_FIELDS, LOCATION_FIELDS, PROPERTY_FIELDS
 from pipeline.errors import UsageError
 
 log = logging.getLogger("pipeline.remote")
@@ -64,7 +64,6 @@ INVALID_KEY_MESSAGE = (
 )
 _INT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Int64())
 _FLOAT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Float64())
-_BENCHMARK_FIELDS = ("median_sqm", "p25_sqm", "p75_sqm", "year", "transaction_count", "yoy_pct")
 
 
 class ApiKey:
@@ -133,7 +132,7 @@ def _scored(request_id: int, body: dict[str, Any]) -> dict[str, Any]:
     for bucket in ("price", "location", "size", "details"):
         row[f"{bucket}_score"] = breakdown[bucket]["score"]
         row[f"{bucket}_status"] = breakdown[bucket]["status"]
-    for name in _BENCHMARK_FIELDS:
+    for name in BENCHMARK_FIELDS:
         row[f"benchmark_{name}"] = benchmark.get(name)
     if reasoning is not None:
         row["reasoning_en"] = reasoning["reasoning_en"]
