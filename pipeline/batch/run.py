@@ -485,8 +485,8 @@ def run_batch(
     )  # fmt: skip
     exit_code = summary.exit_code
     keep = journal is not None and exit_code == EXIT_OK
-    if journal is not None:
-        journal.forget_last_run()
+    if keep and journal is not None:
+        journal.forget_last_run()  # its files are about to be rewritten
     with ThreadPoolExecutor(max_workers=1) as beside:
         # The journal's files are written while the outputs are (polars writes release the
         # GIL): this run's verdicts, and a copy of the output a rerun of an unchanged file

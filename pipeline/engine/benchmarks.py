@@ -98,24 +98,6 @@ _RESOLVED = tuple(c for c in ATTACHED_SCHEMA if c not in ("city_key", "district_
 _UNRESOLVED = (None,) * len(_RESOLVED)
 
 
-@dataclass(frozen=True)
-class _Lookups:
-    """Everything `attach_benchmarks` needs from the tables, built once per BenchmarkTable.
-
-    `resolved` holds the attached columns for every benchmark place (each district row, each
-    city with a benchmark or a market average, and no place at all) times every type in the
-    tables (and no type): one join, or one dict look-up, per input row.
-    """
-
-    city_keys: frozenset[str]
-    district_keys: frozenset[tuple[str, str]]
-    types: frozenset[str]
-    resolved: pl.DataFrame  # _MATCH + _RESOLVED, unique on _MATCH
-    resolved_rows: dict[tuple[str | None, str | None, str | None], tuple]
-    district_match: pl.DataFrame  # city_key, district_key, _m_district
-    memo: _PlaceMemo = field(default_factory=lambda: _PlaceMemo())
-
-
 class _PlaceMemo:
     """Places already resolved by this table, kept across calls: a batch scored in chunks
     resolves each distinct (city, district, type) once, not once per chunk."""
@@ -144,6 +126,24 @@ class _PlaceMemo:
                 self._known = known
         joined = texts.join(known, on=keys, how="left", nulls_equal=True, maintain_order="left")
         return joined.select(*ATTACHED_SCHEMA)
+
+
+@dataclass(frozen=True)
+class _Lookups:
+    """Everything `attach_benchmarks` needs from the tables, built once per BenchmarkTable.
+
+    `resolved` holds the attached columns for every benchmark place (each district row, each
+    city with a benchmark or a market average, and no place at all) times every type in the
+    tables (and no type): one join, or one dict look-up, per input row.
+    """
+
+    city_keys: frozenset[str]
+    district_keys: frozenset[tuple[str, str]]
+    types: frozenset[str]
+    resolved: pl.DataFrame  # _MATCH + _RESOLVED, unique on _MATCH
+    resolved_rows: dict[tuple[str | None, str | None, str | None], tuple]
+    district_match: pl.DataFrame  # city_key, district_key, _m_district
+    memo: _PlaceMemo = field(default_factory=_PlaceMemo)
 
 
 def _output_exprs() -> list[pl.Expr]:
