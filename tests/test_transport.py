@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
+from pipeline.batch.scorers.sending import Answer, HttpxSender, build_sender
 from pipeline.batch.scorers.transport import KeepAliveTransport
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -186,3 +187,37 @@ def test_answers_without_a_body_keep_the_connection(status):
     answers, connections = exchange(empty, post(), post())
     assert [a.status_code for a in answers] == [status, status] and answers[0].content == b""
     assert connections == 1
+
+
+def test_the_direct_sender_writes_what_an_httpx_request_writes_and_reads_the_same_answer():
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def handler(reader, writer):
+        while True:
+            seen.append(await read_request(reader))
+            writer.write(ok(b'{"score":80}', b"Retry-After: 7", b"X-Two: a"))
+
+    async def scenario() -> list[Answer]:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        url = httpx.URL(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/decisions")
+        transport = KeepAliveTransport(max_connections=2)
+        headers = {"authorization": "Bearer sk-test", "content-type": "application/json"}
+        timeout = httpx.Timeout(5.0)
+        senders = [build_sender(transport, url, headers, timeout),
+                   HttpxSender(transport, url, headers, timeout)]  # fmt: skip
+        answers = [await send(b'{"n":1}', "job-7") for send in senders]
+        with pytest.raises(ValueError, match="printable"):
+            await senders[0](b"{}", "k\r\nX-Injected: 1")
+        await transport.aclose()
+        server.close()
+        return answers
+
+    direct, through_httpx = asyncio.run(scenario())
+    assert len(seen) == 2 and seen[0] == seen[1]  # byte for byte
+    assert seen[0][0].startswith(b"POST /v1/decisions HTTP/1.1\r\nHost: 127.0.0.1:")
+    for answer in (direct, through_httpx):
+        assert answer.status_code == 200 and answer.content == b'{"score":80}'
+        assert answer.headers.get("retry-after") == "7" and answer.headers.get("x-two") == "a"
+    assert isinstance(build_sender(httpx.MockTransport(lambda r: httpx.Response(200)),
+                                   httpx.URL("http://h/"), {}, httpx.Timeout(1.0)),
+                      HttpxSender)  # fmt: skip

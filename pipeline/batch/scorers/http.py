@@ -1,11 +1,12 @@
 """The remote scorer: one POST {base_url}/v1/decisions per request, over httpx, concurrently.
 
-Transport: httpx's Request, Response and exceptions over `transport.KeepAliveTransport`, sent
-with `handle_async_request` (AsyncClient's auth, redirect, cookie and hook layers cost about
-0.2 ms of CPU a request and the scorer uses none of them). Against a server answering in 50 ms
-(bench/bench_remote.py), httpx's default AsyncClient reached 0.21 / 0.07 of the limit at
-concurrency 32 / 64 (httpcore's pool, encode/httpx issue 3215), httpx over aiohttp's pool 0.84
-/ 0.77, this transport 0.9 or more at 8, 32 and 64.
+Transport: `transport.KeepAliveTransport`, sent to as bytes by `sending.DirectSender`
+(AsyncClient's auth, redirect, cookie and hook layers cost about 0.2 ms of CPU a request, and
+httpx's Request and Response objects 0.1 ms; the scorer uses none of them). Errors are httpx's
+exceptions; any other httpx transport (tests: httpx.MockTransport) is sent httpx.Requests.
+Against a server answering in 50 ms (bench/bench_remote.py), httpx's default AsyncClient
+reached 0.21 / 0.07 of the limit at concurrency 32 / 64 (httpcore's pool, encode/httpx issue
+3215), httpx over aiohttp's pool 0.84 / 0.77, this transport 0.9 or more at 8, 32 and 64.
 
 Money rules (the journal gives every request an `Idempotency-Key`, the same on every attempt and
 every run): retries in `retry.py`; 402 stops sending, lets requests in flight finish and leaves
@@ -51,6 +52,7 @@ from pipeline.batch.scorers.retry import (
     RetryPolicy,
     send_with_retry,
 )
+from pipeline.batch.scorers.sending import Answer, Sender, build_sender
 from pipeline.batch.scorers.transport import KeepAliveTransport
 from pipeline.engine.schema import BENCHMARK_FIELDS, LOCATION_FIELDS, PROPERTY_FIELDS
 from pipeline.errors import UsageError
@@ -165,7 +167,7 @@ def _typed(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _json(response: httpx.Response) -> dict[str, Any]:
+def _json(response: Answer) -> dict[str, Any]:
     try:
         body = json.loads(response.content)
     except ValueError:
@@ -215,6 +217,7 @@ class HttpScorer:
             "accept": "application/json",
         }
         self._transport = transport
+        self._sender: Sender | None = None
         self._runner: asyncio.Runner | None = None
         self._pause = Pause()
         self._balance: int | None = None
@@ -274,8 +277,6 @@ class HttpScorer:
     async def _score_all(
         self, requests: pl.DataFrame, budget: Budget, progress: ProgressCallback | None
     ) -> list[dict[str, Any] | _Stop]:
-        if self._transport is None:
-            self._transport = build_transport(self.config)
         self._stop = self._fatal
         self._stopped = asyncio.Event()
         if self._fatal is not None:
@@ -369,20 +370,17 @@ class HttpScorer:
             self._balance = int(value)
 
     async def _send(self, row: dict[str, Any]) -> dict[str, Any] | _Stop:
-        assert self._transport is not None
-        transport = self._transport
-        content = request_body(row)
-        headers = {**self._headers, "idempotency-key": row["idempotency_key"]}
-        extensions = {"timeout": self.config.timeout.as_dict()}
-
-        async def send() -> httpx.Response:
-            self.requests_sent += 1
-            request = httpx.Request(
-                "POST", self.url, headers=headers, content=content, extensions=extensions
+        if self._sender is None:
+            if self._transport is None:
+                self._transport = build_transport(self.config)
+            self._sender = build_sender(
+                self._transport, self.url, self._headers, self.config.timeout
             )
-            response = await transport.handle_async_request(request)
-            await response.aread()
-            return response
+        sender, content, key = self._sender, request_body(row), row["idempotency_key"]
+
+        async def send() -> Answer:
+            self.requests_sent += 1
+            return await sender(content, key)
 
         request_id = row["request_id"]
         try:
@@ -400,7 +398,7 @@ class HttpScorer:
         return self._answer(row, response, attempts)
 
     def _answer(
-        self, row: dict[str, Any], response: httpx.Response, attempts: int
+        self, row: dict[str, Any], response: Answer, attempts: int
     ) -> dict[str, Any] | _Stop:
         request_id, status = row["request_id"], response.status_code
         body = _json(response)

@@ -39,6 +39,8 @@ from tenacity import (
     stop_when_event_set,
 )
 
+from pipeline.batch.scorers.sending import Answer
+
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 # The transport raises httpx's exceptions; the others are a safety net for what might escape.
@@ -89,7 +91,7 @@ class Pause:
             await asyncio.sleep(delay)
 
 
-def retry_after_s(response: httpx.Response, cap: float) -> float | None:
+def retry_after_s(response: Answer, cap: float) -> float | None:
     """The Retry-After of a response in seconds (delta-seconds or an HTTP date), capped."""
     value = response.headers.get("retry-after")
     if value is None:
@@ -108,7 +110,7 @@ def retry_after_s(response: httpx.Response, cap: float) -> float | None:
 class RetryableStatus(Exception):
     """A response whose status is worth another attempt (inside the retry loop only)."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: Answer) -> None:
         super().__init__(f"HTTP {response.status_code}")
         self.response = response
 
@@ -122,7 +124,7 @@ class RetriesExhausted(Exception):
         super().__init__(f"{attempts} attempt(s), the last ended in {self.cause}")
 
 
-Send = Callable[[], Awaitable[httpx.Response]]
+Send = Callable[[], Awaitable[Answer]]
 
 
 async def send_with_retry(
@@ -131,7 +133,7 @@ async def send_with_retry(
     pause: Pause,
     *,
     stopped: asyncio.Event | None = None,
-) -> tuple[httpx.Response, int]:
+) -> tuple[Answer, int]:
     """The final response and the number of attempts made.
 
     A retryable response that is still the answer when attempts or time run out is returned as
@@ -156,7 +158,7 @@ async def _retry(
     pause: Pause,
     first: BaseException,
     stopped: asyncio.Event | None,
-) -> tuple[httpx.Response, int]:
+) -> tuple[Answer, int]:
     """Tenacity from the second attempt on; its attempt 1 re-raises the plain attempt's failure,
     so attempt numbers, waits and the bound on attempts count that one too."""
 

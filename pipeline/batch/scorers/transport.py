@@ -74,6 +74,13 @@ def _transport_error(
     raise exc
 
 
+def origin_of(url: httpx.URL) -> Origin:
+    """(scheme, host, port) of an http or https URL."""
+    if url.scheme not in _DEFAULT_PORTS:
+        raise httpx.UnsupportedProtocol(f"{url.scheme!r} is not http or https")
+    return url.scheme, url.host, url.port or _DEFAULT_PORTS[url.scheme]
+
+
 class KeepAliveTransport(httpx.AsyncBaseTransport):
     def __init__(self, *, max_connections: int, ssl_context: ssl.SSLContext | None = None) -> None:
         self._max_connections = max_connections
@@ -82,29 +89,49 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         self._slots: asyncio.Semaphore | None = None
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme not in _DEFAULT_PORTS:
-            raise httpx.UnsupportedProtocol(f"{request.url.scheme!r} is not http or https")
         timeouts: dict[str, Any] = request.extensions.get("timeout", {})
-        origin = (
-            request.url.scheme,
-            request.url.host,
-            request.url.port or _DEFAULT_PORTS[request.url.scheme],
-        )
         content = await request.aread()
+        head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), request.url.raw_path)]
+        head += [name + b": " + value + b"\r\n" for name, value in request.headers.raw]
+        head.append(b"\r\n")
+        status, headers, body = await self.send(
+            origin_of(request.url),
+            b"".join(head) + content,
+            method=request.method,
+            replayable="idempotency-key" in request.headers,
+            timeouts=timeouts,
+        )
+        return httpx.Response(status, headers=headers, content=body, request=request)
+
+    async def send(
+        self,
+        origin: Origin,
+        message: bytes,
+        *,
+        method: str,
+        replayable: bool,
+        timeouts: dict[str, Any],
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """Send `message` (a whole request: request line, headers, body) to `origin`; the
+        answer's status, headers and body. `replayable`: the request may be sent a second time
+        if it was lost on a reused connection (it carries an idempotency key).
+
+        The scorer calls this with a request it wrote itself: building an httpx.Request and
+        httpx.Response costs about 0.1 ms of CPU per request, a quarter of the client's work."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._max_connections)
         async with self._slots:
             connection = self._take_idle(origin) or await self._connect(origin, timeouts)
             try:
-                return await self._exchange(connection, origin, request, content, timeouts)
+                return await self._exchange(connection, origin, message, method, timeouts)
             except _NothingReceived as failed:
                 # Sent again only if the server may have closed an idle connection and the
                 # request carries an idempotency key (a second arrival is replayed, not charged).
-                if not connection.used or "idempotency-key" not in request.headers:
+                if not connection.used or not replayable:
                     raise failed.error from None
             fresh = await self._connect(origin, timeouts)
             try:
-                return await self._exchange(fresh, origin, request, content, timeouts)
+                return await self._exchange(fresh, origin, message, method, timeouts)
             except _NothingReceived as failed:
                 raise failed.error from None
 
@@ -143,20 +170,17 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         self,
         connection: _Connection,
         origin: Origin,
-        request: httpx.Request,
-        content: bytes,
+        message: bytes,
+        method: str,
         timeouts: dict[str, Any],
-    ) -> httpx.Response:
-        """Send `request` on `connection` and read the answer; the connection goes back to the
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """Send `message` on `connection` and read the answer; the connection goes back to the
         idle list if the answer leaves it usable, else it is closed."""
         reusable = received = False
-        head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), request.url.raw_path)]
-        head += [name + b": " + value + b"\r\n" for name, value in request.headers.raw]
-        head.append(b"\r\n")
         writer, reader = connection.writer, connection.reader
         try:
             try:
-                writer.write(b"".join(head) + content)
+                writer.write(message)
                 if writer.transport.get_write_buffer_size():  # small bodies leave at once
                     async with asyncio.timeout(timeouts.get("write")):
                         await writer.drain()
@@ -176,7 +200,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                         ) from None
                     received = True
                     status, headers, body, reusable = await self._read_answer(
-                        reader, head_bytes, request.method
+                        reader, head_bytes, method
                     )
             except (_NothingReceived, httpx.TransportError):
                 raise
@@ -186,7 +210,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                     raise error from exc
                 raise _NothingReceived(error) from exc
             connection.used = True
-            return httpx.Response(status, headers=headers, content=body, request=request)
+            return status, headers, body
         finally:
             if reusable:
                 self._idle.setdefault(origin, []).append(connection)
