@@ -51,7 +51,10 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     try:
         response = asyncio.run(
             desk.decide_async(
-                body, workspace=_workspace(args, settings), idempotency_key=args.idempotency_key
+                body,
+                workspace=_workspace(args, settings),
+                idempotency_key=args.idempotency_key,
+                commit_inline=True,  # one request: no transaction to share with anyone
             )
         )
     except (RequestValidationError, LedgerError) as exc:

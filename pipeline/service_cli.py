@@ -60,7 +60,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             flush=True,
         )
     app = build_app(db, settings.resolve(settings.benchmarks.table))
-    serve(app, host=args.host, port=args.port)
+    serve(app, host=args.host, port=args.port, one_cpu=not args.all_cpus)
     return 0
 
 
@@ -116,6 +116,12 @@ def add_service_commands(commands: Any) -> None:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
         "--demo", action="store_true", help="create a demo workspace and broker account first"
+    )
+    serve.add_argument(
+        "--all-cpus",
+        action="store_true",
+        help="run on every CPU (by default the server binds itself to the CPU it starts on: "
+        "its threads hand each request to each other, which is cheaper on one core)",
     )
     _db_option(serve)
     serve.set_defaults(handler=cmd_serve)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.engine.request import check_request, parse_request, request_frame
+from pipeline.engine.request import checked_row, parse_request, request_frame
 from pipeline.engine.rules import first_violation, violations
 from pipeline.engine.schema import PROPERTY_TYPES, REQUEST_SCHEMA
 from pipeline.errors import RequestValidationError
@@ -39,12 +39,12 @@ def body(**changes: object) -> dict:
 
 def error_of(request: dict | str) -> RequestValidationError:
     with pytest.raises(RequestValidationError) as caught:
-        check_request(parse_request(request))
+        checked_row(parse_request(request))
     return caught.value
 
 
 def test_a_valid_request_passes():
-    check_request(parse_request(VALID))
+    checked_row(parse_request(VALID))
     frame = request_frame(parse_request(VALID))
     assert frame.height == 1
     assert frame["price"][0] == 850000.0
@@ -124,7 +124,7 @@ def test_each_rule_names_the_field_and_the_rule(changes, field, message):
 
 
 def test_whole_numbers_written_as_floats_are_accepted():
-    check_request(parse_request(body(property__bedrooms=3.0, property__age=0)))
+    checked_row(parse_request(body(property__bedrooms=3.0, property__age=0)))
 
 
 def test_invalid_json_is_a_validation_error():

@@ -64,13 +64,19 @@ class Engine:
     def explain(self, scored: pl.DataFrame) -> list[Explanation]:
         return self.reasoner.explain(scored.to_dicts())
 
-    def evaluate(self, request: DecisionRequest) -> dict[str, Any]:
+    def evaluate(
+        self, request: DecisionRequest, *, checked_row: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The response body of one request, without the two balance fields; raises
-        RequestValidationError for an invalid request."""
-        row = request_row(request)
-        rule = first_violation(row)
-        if rule is not None:
-            raise RequestValidationError(rule.field, rule.message)
+        RequestValidationError for an invalid request. `checked_row`: the request's row
+        (`request_row`) that the caller has already checked, so it is not checked twice."""
+        row = checked_row
+        if row is None:
+            row = request_row(request)
+            rule = first_violation(row)
+            if rule is not None:
+                raise RequestValidationError(rule.field, rule.message)
+        row = dict(row)
         row |= attached_row(row["city"], row["district"], row["type"], self.benchmarks)
         row |= score_row(row)
         explanation = self.reasoner.explain([row])[0] if request.reasoning else None

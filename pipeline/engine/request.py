@@ -64,8 +64,10 @@ def request_frame(request: DecisionRequest) -> pl.DataFrame:
     return pl.DataFrame([request_row(request)], schema=REQUEST_SCHEMA)
 
 
-def check_request(request: DecisionRequest) -> None:
-    """Raise RequestValidationError for the first rule `request` breaks."""
-    rule = first_violation(request_row(request))
+def checked_row(request: DecisionRequest) -> dict[str, Any]:
+    """The request's row; RequestValidationError for the first rule it breaks."""
+    row = request_row(request)
+    rule = first_violation(row)
     if rule is not None:
         raise RequestValidationError(rule.field, rule.message)
+    return row

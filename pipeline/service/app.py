@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from pipeline.ledger.accounts import AccountStore
 from pipeline.service.access_log import AccessLog
+from pipeline.service.activity import ConnectionActivity
 from pipeline.service.errors import ApiError, internal_error, json_response
 from pipeline.service.handler import MAX_BODY_BYTES, Decider, DecisionHandler, Incoming
 from pipeline.service.openapi import DECISION_OPERATION, decision_responses, install_openapi
@@ -36,6 +37,12 @@ async def read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def _connection(request: Request) -> tuple[str, int] | None:
+    """The client's (host, port): one keep-alive connection."""
+    client = request.scope.get("client")
+    return (client[0], client[1]) if client else None
+
+
 def create_app(
     desk: Decider,
     accounts: AccountStore,
@@ -48,6 +55,7 @@ def create_app(
     `bare_endpoint` adds POST /_bench/bare, a fixed JSON answer the benchmark compares against.
     """
     handler = DecisionHandler(desk, accounts, max_body_bytes=max_body_bytes)
+    activity = ConnectionActivity()
     app = FastAPI(
         title="Property decisions",
         version="1.0.0",
@@ -68,6 +76,7 @@ def create_app(
             content_type=request.headers.get("content-type"),
             body=await read_body(request, max_body_bytes),
             idempotency_key=request.headers.get("idempotency-key"),
+            alone=activity.alone(_connection(request)),
         )
         state: dict[str, Any] = request.scope.setdefault("state", {})
         try:

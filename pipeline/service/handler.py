@@ -34,6 +34,7 @@ class Decider(Protocol):
         workspace: str,
         idempotency_key: str | None = None,
         key_prefix: str | None = None,
+        commit_inline: bool = False,
     ) -> dict[str, Any]: ...
 
 
@@ -43,6 +44,7 @@ class Incoming:
     content_type: str | None
     body: bytes | None  # None: larger than the limit, not read
     idempotency_key: str | None = None
+    alone: bool = False  # no other client is being served (see pipeline.service.activity)
 
 
 def bearer_token(authorization: str | None) -> str:
@@ -116,7 +118,7 @@ class DecisionHandler:
                     f"the request body is larger than {self.max_body_bytes} bytes",
                 )
             idempotency_key = check_idempotency_key(incoming.idempotency_key)
-            return await self._decide(incoming.body, caller, idempotency_key)
+            return await self._decide(incoming.body, caller, idempotency_key, incoming.alone)
         except ApiError:
             raise
         except PipelineError as exc:
@@ -127,7 +129,7 @@ class DecisionHandler:
             raise error from None
 
     async def _decide(
-        self, body: bytes, caller: Caller, idempotency_key: str | None
+        self, body: bytes, caller: Caller, idempotency_key: str | None, alone: bool
     ) -> dict[str, Any]:
         try:
             return await self.desk.decide_async(
@@ -135,6 +137,7 @@ class DecisionHandler:
                 workspace=caller.workspace,
                 idempotency_key=idempotency_key,
                 key_prefix=caller.key_prefix,
+                commit_inline=alone,
             )
         except RequestValidationError as exc:
             if exc.field == "body" and not _is_json(body):

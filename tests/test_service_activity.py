@@ -1,0 +1,102 @@
+"""Who commits a charge: the event loop for a client alone on the server, the ledger's writer
+thread when other connections are being served; and the server binding itself to one CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from pipeline.decisions import DecisionDesk
+from pipeline.engine.engine import Engine
+from pipeline.ledger.accounts import SqliteAccounts
+from pipeline.ledger.base import ChargeRequest
+from pipeline.ledger.sqlite import SqliteLedger
+from pipeline.service.activity import ConnectionActivity
+from pipeline.service.app import create_app
+from pipeline.service.server import BackgroundServer
+from tests.test_service_fixtures import VALID
+
+
+def test_a_connection_is_alone_until_another_sends_within_the_window():
+    activity = ConnectionActivity(window_s=0.2)
+    assert activity.alone(("10.0.0.1", 5000))
+    assert activity.alone(("10.0.0.1", 5000))
+    assert not activity.alone(("10.0.0.1", 5001))  # a second connection, just now
+    assert not activity.alone(("10.0.0.1", 5000))
+    time.sleep(0.25)
+    assert activity.alone(("10.0.0.1", 5001))  # the other one has gone quiet
+    assert not activity.alone(None)  # an unknown connection never commits on the loop
+
+
+class RecordingLedger(SqliteLedger):
+    """The real ledger, noting which thread commits each charge."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.committed_by: list[str] = []
+
+    def charge_each(self, charges: Sequence[tuple[str, ChargeRequest]]) -> list:
+        self.committed_by += [threading.current_thread().name] * len(charges)
+        return super().charge_each(charges)
+
+
+def test_a_lone_client_is_charged_on_the_loop_and_concurrent_clients_by_the_writer(tmp_path):
+    ledger = RecordingLedger(tmp_path / "ledger.db")
+    ledger.create_workspace("acme", 100)
+    accounts = SqliteAccounts(tmp_path / "ledger.db")
+    accounts.create_account("acme-broker", "acme", "broker")
+    headers = {"Authorization": f"Bearer {accounts.create_key('acme-broker').key}"}
+    app = create_app(DecisionDesk(Engine.default(), ledger), accounts)
+    with BackgroundServer(app) as url, httpx.Client() as one:
+
+        def post(client: httpx.Client, extra: dict[str, str] | None = None) -> httpx.Response:
+            return client.post(
+                f"{url}/v1/decisions", json=VALID, headers={**headers, **(extra or {})}
+            )
+
+        def three_on_own_connection(_: int) -> list[httpx.Response]:
+            with httpx.Client() as client:
+                return [post(client) for _ in range(3)]
+
+        answers = [post(one), post(one)]
+        alone = list(ledger.committed_by)
+        with ThreadPoolExecutor(8) as pool:  # eight connections at once
+            answers += [a for three in pool.map(three_on_own_connection, range(8)) for a in three]
+        served = ledger.committed_by[len(alone) :]
+        time.sleep(0.1)  # every other connection quiet: alone again, with a replay
+        first = post(one, {"Idempotency-Key": "k-1"})
+        replay = post(one, {"Idempotency-Key": "k-1"})
+        after = ledger.committed_by[len(alone) + len(served) :]
+
+    assert [a.status_code for a in answers] == [200] * 26
+    assert len(alone) == 2 and "charges" not in alone  # committed on the server's loop
+    assert "charges" in served  # other connections were active: the writer committed
+    assert len(after) == 2 and "charges" not in after
+    assert first.status_code == replay.status_code == 200 and first.json() == replay.json()
+    assert ledger.workspace("acme").balance == 100 - 27  # the replay was not charged
+    remaining = sorted(a.json()["decisions_remaining"] for a in [*answers, first])
+    assert remaining == list(range(73, 100))  # each charge seen once, none lost
+
+
+def test_the_server_binds_itself_to_one_cpu_unless_told_not_to():
+    code = (
+        "import json, os; from pipeline.service.server import tune_process; "
+        "cpu = tune_process(one_cpu={one}); "
+        "print(json.dumps([cpu, sorted(os.sched_getaffinity(0))]))"
+    )
+    bound = subprocess.run([sys.executable, "-c", code.format(one=True)],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    cpu, allowed = json.loads(bound.stdout)
+    assert allowed == [cpu]
+    free = subprocess.run([sys.executable, "-c", code.format(one=False)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    cpu, allowed = json.loads(free.stdout)
+    assert cpu is None and len(allowed) >= 1
