@@ -265,6 +265,23 @@ def test_an_unchanged_file_is_answered_from_the_last_run_until_answers_go_stale(
     assert job.charged() == 4 * DISTINCT_VALID
 
 
+def test_the_last_run_is_kept_as_a_copy_of_a_parquet_output_and_encoded_for_other_formats(
+    tmp_path,
+):
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    kept = Path(job.journal).with_suffix(".results") / "last-run.results.parquet"
+    assert kept.read_bytes() == job.out.read_bytes()  # copied, not written again
+
+    job.out = tmp_path / "scored.csv"  # the same job's next output: CSV only
+    assert job.score(SAMPLE / "portfolio.csv", "--reasoning", "all") == 0
+    assert kept.read_bytes() != (tmp_path / "scored.parquet").read_bytes()
+    first = read_table(job.out)
+    assert job.score(SAMPLE / "portfolio.csv", "--reasoning", "all") == 0  # answered again
+    assert job.charged() == DISTINCT_VALID + 3 * DISTINCT_VALID
+    assert read_table(job.out).drop("decisions_used").equals(first.drop("decisions_used"))
+
+
 def test_stale_answers_are_paid_for_again(tmp_path, monkeypatch):
     configs = tmp_path / "configs"
     configs.mkdir()

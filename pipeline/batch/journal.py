@@ -26,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import shutil
 import sqlite3
 import time
 import uuid
@@ -114,6 +115,16 @@ class Journal:
         target = self.files / name
         temporary = target.with_suffix(".tmp")
         frame.write_parquet(temporary, compression="lz4")  # several times faster than zstd here
+        with temporary.open("rb") as handle:
+            os.fsync(handle.fileno())
+        temporary.replace(target)
+        return name
+
+    def _copy(self, source: Path, name: str) -> str:
+        """`_write` for a file that exists already: copied, fsynced, renamed into place."""
+        target = self.files / name
+        temporary = target.with_suffix(".tmp")
+        shutil.copyfile(source, temporary)
         with temporary.open("rb") as handle:
             os.fsync(handle.fileno())
         temporary.replace(target)
@@ -300,10 +311,19 @@ class Journal:
         `keep_last_run` names the new ones."""
         self._db.execute("DELETE FROM meta WHERE name = 'last_run'")
 
-    def write_last_run(self, results: pl.DataFrame, rejects: pl.DataFrame) -> None:
+    def write_last_run(
+        self, results: pl.DataFrame, rejects: pl.DataFrame, *, written: Path | None = None
+    ) -> None:
         """The complete output of a run, to answer again while nothing changes. Touches files
-        only, no database, so it can run in a thread beside the output writers."""
-        self._write(results, _LAST_RESULTS)
+        only, no database, so it can run in a thread beside the output writers.
+
+        `written`: a Parquet file that already holds exactly `results` (the run's Parquet
+        output), copied byte for byte instead of encoding a million rows again (0.06 s
+        against 0.9 s)."""
+        if written is None:
+            self._write(results, _LAST_RESULTS)
+        else:
+            self._copy(written, _LAST_RESULTS)
         self._write(rejects, _LAST_REJECTS)
 
     def keep_last_run(self, key: str, oldest_answer: float) -> None:

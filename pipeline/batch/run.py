@@ -32,7 +32,7 @@ from pipeline.decisions import COST_SCORING, COST_WITH_REASONING
 from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import UsageError
 from pipeline.io.read import check_input, read_table_with_info
-from pipeline.io.write import check_output_capacity, write_output
+from pipeline.io.write import check_output_capacity, output_format, write_output
 
 ReasoningMode = Literal["none", "all", "borderline"]
 INPUT_SUFFIX = " (input)"  # appended to an input header that clashes with a result column
@@ -487,6 +487,8 @@ def run_batch(
     keep = journal is not None and exit_code == EXIT_OK
     if keep and journal is not None:
         journal.forget_last_run()  # its files are about to be rewritten
+    # A Parquet output holds exactly `results`: the journal's copy is then a copy of its bytes.
+    parquet = next((o for o in options.outputs if output_format(o) == "parquet"), None)
     with ThreadPoolExecutor(max_workers=1) as beside:
         # The journal's files are written while the outputs are (polars writes release the
         # GIL): this run's verdicts, and a copy of the output a rerun of an unchanged file
@@ -494,7 +496,7 @@ def run_batch(
         saved = []
         if journal is not None:
             saved.append(beside.submit(journal.save_verdicts, results))
-        if keep:
+        if keep and journal is not None and parquet is None:
             saved.append(beside.submit(journal.write_last_run, results, rejects))
         for output in options.outputs:
             progress(f"writing {output.name}", 0, results.height, budget.spent)
@@ -502,6 +504,9 @@ def run_batch(
                 output, results, rejects=rejects, summary=summary, changes=changes,
                 csv_bom=options.csv_bom,
             )  # fmt: skip
+            if keep and journal is not None and output == parquet:
+                copy = beside.submit(journal.write_last_run, results, rejects, written=output)
+                saved.append(copy)
         for done in saved:
             done.result()
     if keep and journal is not None:
