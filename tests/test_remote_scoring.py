@@ -113,6 +113,7 @@ def test_remote_outputs_equal_the_embedded_run(tmp_path, service, engine):
     assert spent == embedded.summary.decisions_spent
     assert service.balance() == 10_000 - spent
     assert remote_run.summary.balance_after == service.balance()
+    assert remote_run.summary.balance_before == 10_000  # after + this run's spend
 
 
 def test_faults_after_the_charge_never_charge_twice(tmp_path, service, small):
@@ -357,6 +358,7 @@ def test_the_score_command_scores_through_the_service(tmp_path, service, monkeyp
     summary = json.loads(capsys.readouterr().out)
     assert summary["decisions_spent"] == 360 == 10_000 - service.balance()
     assert summary["balance_after"] == service.balance()
+    assert summary["balance_before"] == 10_000
     assert main(argv) == 0  # the journal answers the rerun: nothing sent, nothing paid
     assert json.loads(capsys.readouterr().out)["decisions_spent"] == 0
     assert service.balance() == 10_000 - 360

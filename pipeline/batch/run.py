@@ -470,9 +470,15 @@ def run_batch(
     rejects = rejects_table(prepared)
     changes = changed_verdicts(results, journal)
 
+    balance_after = scorer.balance()
+    if balance_before is None and balance_after is not None:
+        # A remote service tells the balance only in its answers: before = after + this
+        # run's spend (what colleagues spent meanwhile is not known, so not counted).
+        balance_before = balance_after + budget.spent
+        notes.append(("Balance before", "the service's last answer plus this run's spend"))
     summary = summarise(
         options, results, fingerprint=fingerprint, spent=budget.spent,
-        balance=(balance_before, scorer.balance()), workspace=workspace, started=started,
+        balance=(balance_before, balance_after), workspace=workspace, started=started,
         clock=clock,
         notes=[
             ("Budget", "none" if options.budget is None else options.budget),
