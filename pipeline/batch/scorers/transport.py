@@ -34,6 +34,7 @@ _MAX_LINE = 64 * 1024
 _MAX_HEADERS = 200
 
 Origin = tuple[str, str, int]
+RawAnswer = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, body
 
 
 class _Connection:
@@ -111,7 +112,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         method: str,
         replayable: bool,
         timeouts: dict[str, Any],
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    ) -> RawAnswer:
         """Send `message` (a whole request: request line, headers, body) to `origin`; the
         answer's status, headers and body. `replayable`: the request may be sent a second time
         if it was lost on a reused connection (it carries an idempotency key).
@@ -173,7 +174,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         message: bytes,
         method: str,
         timeouts: dict[str, Any],
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    ) -> RawAnswer:
         """Send `message` on `connection` and read the answer; the connection goes back to the
         idle list if the answer leaves it usable, else it is closed."""
         reusable = received = False
