@@ -337,6 +337,24 @@ def test_a_key_given_as_the_key_file_is_not_echoed():
     assert "sk-canary" not in str(raised.value)
 
 
+def test_plain_http_to_another_host_is_warned_about(caplog):
+    env = {"DECISIONS_API_KEY": "sk-canary-http"}
+    for url in (
+        "http://127.0.0.1:9",
+        "http://localhost:9",
+        "http://[::1]:9",
+        "https://api.example.com",
+    ):
+        with caplog.at_level("WARNING", logger="pipeline.remote"):
+            remote_scorer_from_args(parse("--api-url", url), Settings(), env=env)
+    assert not caplog.records
+    with caplog.at_level("WARNING", logger="pipeline.remote"):
+        remote_scorer_from_args(parse("--api-url", "http://api.example.com"), Settings(), env=env)
+    (warning,) = caplog.records
+    assert "unencrypted" in warning.getMessage() and "https://" in warning.getMessage()
+    assert "sk-canary" not in caplog.text
+
+
 def test_credentials_in_the_url_are_refused():
     with pytest.raises(UsageError) as raised:
         remote_scorer_from_args(

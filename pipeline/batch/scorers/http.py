@@ -26,6 +26,7 @@ Authorization header, and redirects are never followed, so it never reaches anot
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import time
@@ -104,6 +105,15 @@ class RemoteConfig:
     @property
     def timeout(self) -> httpx.Timeout:
         return httpx.Timeout(self.read_timeout_s, connect=self.connect_timeout_s)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def build_transport(config: RemoteConfig) -> httpx.AsyncBaseTransport:
@@ -207,6 +217,12 @@ class HttpScorer:
             raise UsageError("--api-url must not hold credentials; the key goes in the env")
         if config.concurrency < 1 or config.reserve < 0:
             raise UsageError("--concurrency must be 1 or more and --reserve 0 or more")
+        if url.scheme == "http" and not _is_loopback(url.host):
+            log.warning(
+                "--api-url %s is plain http: the API key would cross the network unencrypted; "
+                "use the service's https:// address",
+                url.copy_with(path="/", query=None, fragment=None),
+            )
         self.config = config
         self.chunk_rows = config.chunk_rows
         self.reserve = config.reserve
