@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import pickle
+import threading
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -140,18 +141,19 @@ def test_faults_after_the_charge_never_charge_twice(tmp_path, service, small):
 
 
 def test_402_mid_run_then_topup_then_same_run_pays_each_row_once(tmp_path, service, small):
-    drained = False
+    drained = threading.Event()
 
     def colleague_spends_the_rest(requests_seen: int) -> None:
-        nonlocal drained
-        if requests_seen == 60 and not drained:
-            drained = True
+        if requests_seen == 60:
             while True:  # requests in flight are charged meanwhile: read the balance again
                 try:
                     service.ledger.charge("acme", ChargeRequest(cost=service.balance() - 10))
                     break
                 except InsufficientDecisions:
                     continue
+            drained.set()
+        elif requests_seen > 60:
+            drained.wait(30)  # a request that reaches the proxy meanwhile waits for the drain
 
     journal_path = tmp_path / "run.journal"
     out = tmp_path / "out.parquet"
