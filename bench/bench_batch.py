@@ -1,9 +1,15 @@
 """Batch throughput: CSV -> Parquet over 1,000,000 rows against the read+write floor, peak
-memory of that run, and the workbook writer against bare xlsxwriter over 100,000 rows."""
+memory of that run, and the workbook writer against bare xlsxwriter over 100,000 rows.
+
+The machine is shared and noisy (the same code measures up to 20-40% apart from one minute to
+the next), so each time is the best of a few alternated runs: the floor of 3, the end-to-end
+run and the two workbook writers of 2 each (BENCH_BATCH_TRIALS).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -20,6 +26,7 @@ from pipeline.io.write import write_output
 
 ROWS = 1_000_000
 XLSX_ROWS = 100_000
+TRIALS = int(os.environ.get("BENCH_BATCH_TRIALS", "2"))
 
 
 def _cli(*args: str) -> list[str]:
@@ -33,6 +40,7 @@ def _floor(source: Path, target: Path) -> float:
 
 
 def _end_to_end(source: Path, target: Path, db: Path) -> tuple[float, dict, int]:
+    db.unlink(missing_ok=True)  # a new ledger every time
     subprocess.run(
         _cli("workspace", "create", "bench", "--balance", str(2 * ROWS), "--db", str(db)),
         check=True,
@@ -49,6 +57,8 @@ def _end_to_end(source: Path, target: Path, db: Path) -> tuple[float, dict, int]
             str(db),
             "--workspace",
             "bench",
+            "--journal",
+            str(db.with_suffix(".journal")),  # in the temporary folder, not .cache/
             "--json",
         ),
         check=True,
@@ -102,9 +112,11 @@ def run() -> None:
         work = Path(folder)
         source = work / "listings.csv"
         listings(ROWS).write_csv(source)
-        floor = _floor(source, work / "floor.parquet")
-        elapsed, summary, peak_kib = _end_to_end(source, work / "scored.parquet", work / "l.db")
-        print(f"batch: CSV -> Parquet, {ROWS:,} rows x 15 columns")
+        floor = min(_floor(source, work / "floor.parquet") for _ in range(3))
+        runs = [_end_to_end(source, work / "scored.parquet", work / f"l{i}.db")
+                for i in range(TRIALS)]  # fmt: skip
+        elapsed, summary, peak_kib = min(runs, key=lambda run: run[0])
+        print(f"batch: CSV -> Parquet, {ROWS:,} rows x 15 columns (best of {TRIALS} runs)")
         print(f"  floor (polars read + write):   {ROWS / floor:>12,.0f} rows/s  ({floor:.2f} s)")
         print(
             f"  decisions score, end to end:  {ROWS / elapsed:>12,.0f} rows/s  ({elapsed:.2f} s,"
@@ -118,8 +130,10 @@ def run() -> None:
             schema={"row_number": pl.Int64, "column": pl.String, "field": pl.String,
                     "value": pl.String, "reason": pl.String}
         )  # fmt: skip
-        bare = _bare_xlsx(scored, work / "bare.xlsx")
-        ours = _ours_xlsx(scored, work / "ours.xlsx", rejects)
+        bare, ours = float("inf"), float("inf")
+        for _ in range(TRIALS):  # alternated, so both see the same noise
+            bare = min(bare, _bare_xlsx(scored, work / "bare.xlsx"))
+            ours = min(ours, _ours_xlsx(scored, work / "ours.xlsx", rejects))
         print(f"xlsx: {XLSX_ROWS:,} rows x {scored.width} columns")
         print(
             f"  bare xlsxwriter (constant_memory): {XLSX_ROWS / bare:>9,.0f} rows/s ({bare:.2f} s)"
