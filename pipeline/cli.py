@@ -49,7 +49,7 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
     desk = DecisionDesk(engine, _ledger(args, settings))
     try:
-        response = asyncio.run(
+        decision = asyncio.run(
             desk.decide_async(
                 body,
                 workspace=_workspace(args, settings),
@@ -60,7 +60,7 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     except (RequestValidationError, LedgerError) as exc:
         _print_json(exc.body())
         return exc.exit_code
-    _print_json(response)
+    _print_json(decision.body)
     return 0
 
 

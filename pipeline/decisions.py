@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from pipeline.engine.batching import MicroBatcher
 from pipeline.engine.engine import Engine
@@ -32,6 +32,11 @@ def request_fingerprint(request: DecisionRequest) -> str:
     """sha256 of the request's canonical JSON: equal for equal requests however they were spelt."""
     canonical = json.dumps(request.model_dump(), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class Decision(NamedTuple):
+    body: dict[str, Any]  # the spec's response body
+    replayed: bool = False  # answered from an earlier request with the same idempotency key
 
 
 class DecisionDesk:
@@ -60,8 +65,9 @@ class DecisionDesk:
         idempotency_key: str | None = None,
         key_prefix: str | None = None,
         commit_inline: bool = False,
-    ) -> dict[str, Any]:
-        """The spec's response body; raises RequestValidationError or a LedgerError. The
+    ) -> Decision:
+        """The spec's response body, and whether it is a replay (nothing charged); raises
+        RequestValidationError or a LedgerError. The
         ledger's writes are awaited from their writer threads, never blocking the event loop;
         with `commit_inline` (a caller with nobody to share a transaction with, see
         `pipeline.service.activity`) they are made on the calling thread instead, which
@@ -80,7 +86,7 @@ class DecisionDesk:
         else:
             charge = await self._charges.submit_async((workspace, wanted))
         if charge.replayed and charge.response is not None:
-            return json.loads(charge.response)
+            return Decision(json.loads(charge.response), replayed=True)
         try:
             if evaluated is None:
                 evaluated = await asyncio.to_thread(self.engine.evaluate, request)
@@ -95,7 +101,7 @@ class DecisionDesk:
             if not charge.replayed:
                 await asyncio.to_thread(self.ledger.refund, charge.entry_id, REFUND_NOTE)
             raise
-        return response
+        return Decision(response, replayed=charge.replayed)
 
 
 REFUND_NOTE = "the request failed after its charge"

@@ -82,15 +82,21 @@ class FaultProxy:
             _write(writer, int(action), {"error": "internal_error", "message": "injected"})
             return True
         retry_after = answer.headers.get("retry-after")
-        _write(writer, answer.status_code, answer.content, retry_after)
+        replayed = answer.headers.get("idempotent-replayed")
+        _write(writer, answer.status_code, answer.content, retry_after, replayed)
         return True
 
 
 def _write(
-    writer: asyncio.StreamWriter, status: int, body: Any, retry_after: str | None = None
+    writer: asyncio.StreamWriter,
+    status: int,
+    body: Any,
+    retry_after: str | None = None,
+    replayed: str | None = None,
 ) -> None:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     extra = f"Retry-After: {retry_after}\r\n" if retry_after else ""
+    extra += f"Idempotent-Replayed: {replayed}\r\n" if replayed else ""
     writer.write(
         f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(content)}\r\n{extra}\r\n".encode()

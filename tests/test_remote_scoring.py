@@ -140,6 +140,34 @@ def test_faults_after_the_charge_never_charge_twice(tmp_path, service, small):
     assert outcome.results["decisions_used"].sum() == paid
 
 
+def test_a_rerun_counts_replayed_answers_as_paid_before_not_spent_again(tmp_path, service, small):
+    losing = True  # the first run: some answers are lost after their charge, on every attempt
+
+    def answer_lost(key: str, attempt: int) -> str:
+        return "500" if losing and zlib.crc32(key.encode()) % 8 == 0 else "pass"
+
+    journal_path = tmp_path / "run.journal"
+    out = tmp_path / "out.parquet"
+    with running_proxy(service.url, answer_lost) as proxy:  # one URL: the same fingerprints
+        first = score_remote(
+            remote(proxy.url, service.key), out, journal=Journal(journal_path), source=small
+        )
+        lost = first.summary.counts_by_status["failed"]
+        assert first.exit_code == 1 and lost > 3
+        charged = 10_000 - service.balance()
+        assert charged == first.summary.decisions_spent + lost  # charged, answers lost
+
+        losing, sent_before = False, proxy.requests
+        second = score_remote(
+            remote(proxy.url, service.key), out, journal=Journal(journal_path), source=small
+        )
+        assert proxy.requests - sent_before == lost  # only those, under their keys
+    assert second.exit_code == 0 and second.summary.counts_by_status["failed"] == 0
+    assert 10_000 - service.balance() == charged  # replayed by the service, not charged
+    assert second.summary.decisions_spent == 0  # and not counted as this run's spending
+    assert second.summary.balance_after is None  # replays tell the balance of then, not now
+
+
 def test_402_mid_run_then_topup_then_same_run_pays_each_row_once(tmp_path, service, small):
     drained = threading.Event()
 

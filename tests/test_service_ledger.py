@@ -25,6 +25,8 @@ def test_replay_charges_once(tmp_path: Path) -> None:
         again = svc.post(body(), headers={"Idempotency-Key": "req-1"})
         assert first.status_code == again.status_code == 200
         assert first.json() == again.json()
+        assert "idempotent-replayed" not in first.headers
+        assert again.headers["idempotent-replayed"] == "true"  # nothing charged for it
         assert first.json()["decisions_remaining"] == 9
         assert svc.balance() == 9
         other = svc.post(body(reasoning=True), headers={"Idempotency-Key": "req-1"})

@@ -20,6 +20,9 @@ BARE_PATH = "/_bench/bare"
 _BARE_BODY = b'{"verdict":"match","score":75.0}'
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+# On an answer replayed under its Idempotency-Key (nothing charged): the body is the first
+# answer's, decisions_used included, so a client that counts its spending needs to know.
+_REPLAYED = {"Idempotent-Replayed": "true"}
 
 
 async def read_body(request: Request, limit: int) -> bytes | None:
@@ -83,7 +86,7 @@ def create_app(
             body = await handler.handle(incoming, state)
         except ApiError as error:
             return error.response()
-        return json_response(200, body)
+        return json_response(200, body, _REPLAYED if state.get("replayed") else None)
 
     if bare_endpoint:
 

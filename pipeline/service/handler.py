@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pipeline.decisions import Decision
 from pipeline.errors import PipelineError, RequestValidationError
 from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey
 from pipeline.service.errors import ApiError, internal_error, translate
@@ -35,7 +36,7 @@ class Decider(Protocol):
         idempotency_key: str | None = None,
         key_prefix: str | None = None,
         commit_inline: bool = False,
-    ) -> dict[str, Any]: ...
+    ) -> Decision: ...
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ class DecisionHandler:
     ) -> dict[str, Any]:
         """The 200 body, or ApiError with the status and body to send.
 
-        `seen["key_prefix"]` is set to the caller's display prefix, for the access log."""
+        `seen["key_prefix"]` is set to the caller's display prefix, for the access log, and
+        `seen["replayed"]` to True for an answer replayed under its idempotency key."""
         caller: Caller | None = None
         try:
             caller = self.authenticate(incoming.authorization)
@@ -118,7 +120,10 @@ class DecisionHandler:
                     f"the request body is larger than {self.max_body_bytes} bytes",
                 )
             idempotency_key = check_idempotency_key(incoming.idempotency_key)
-            return await self._decide(incoming.body, caller, idempotency_key, incoming.alone)
+            decision = await self._decide(incoming.body, caller, idempotency_key, incoming.alone)
+            if seen is not None and decision.replayed:
+                seen["replayed"] = True
+            return decision.body
         except ApiError:
             raise
         except PipelineError as exc:
@@ -130,7 +135,7 @@ class DecisionHandler:
 
     async def _decide(
         self, body: bytes, caller: Caller, idempotency_key: str | None, alone: bool
-    ) -> dict[str, Any]:
+    ) -> Decision:
         try:
             return await self.desk.decide_async(
                 body,

@@ -28,7 +28,17 @@ _HEADERS: dict[int, dict[str, Any]] = {
 
 def decision_responses() -> dict[int | str, dict[str, Any]]:
     responses: dict[int | str, dict[str, Any]] = {
-        200: {"model": DecisionResponse, "description": "The decision, charged."}
+        200: {
+            "model": DecisionResponse,
+            "description": "The decision, charged (or replayed under its Idempotency-Key).",
+            "headers": {
+                "Idempotent-Replayed": {
+                    "description": "`true` when this is the stored answer of an earlier request "
+                    "with the same Idempotency-Key: nothing was charged for it.",
+                    "schema": {"type": "string", "enum": ["true"]},
+                }
+            },
+        }
     }
     for status, description in _ERRORS.items():
         responses[status] = {"model": ErrorBody, "description": description}

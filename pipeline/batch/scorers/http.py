@@ -17,7 +17,9 @@ the rest `skipped`; 401 stops the run at once, rows not answered end `failed` wi
 Balance: known only from `decisions_remaining` (and a 402's `balance`). Answers arrive out of
 order, so the lowest value seen is the latest. A request is sent only while
 `balance - cost of requests in flight - its cost >= reserve`; when that fails with requests in
-flight, the worker waits for their answers (then the balance is exact) before giving up.
+flight, the worker waits for their answers (then the balance is exact) before giving up. An
+answer marked `Idempotent-Replayed` was paid for by an earlier attempt or run: it spends nothing
+from this run's budget, and its `decisions_remaining` (from then) says nothing of the balance now.
 
 The API key lives in an `ApiKey`, whose repr and str hide it; it is only ever put in the
 Authorization header, and redirects are never followed, so it never reaches another host.
@@ -65,6 +67,7 @@ INVALID_KEY_MESSAGE = (
     "the API key was refused (wrong or revoked); set DECISIONS_API_KEY (or --api-key-file) "
     "to a valid key and run the same command again"
 )
+_REPLAYED = "_replayed"  # marks a scored row answered by a replay, until it is settled
 _INT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Int64())
 _FLOAT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Float64())
 
@@ -338,7 +341,7 @@ class HttpScorer:
         spent = 0
         try:
             answer = await self._send(row)
-            if isinstance(answer, dict):
+            if isinstance(answer, dict) and not answer.pop(_REPLAYED, False):
                 spent = answer.get("decisions_used") or 0
             return answer
         finally:
@@ -431,7 +434,10 @@ class HttpScorer:
                     f"the service's answer (HTTP {status}) is not a decision body; run the same "
                     "command again: the same idempotency key replays it without a new charge",
                 )
-            self._saw_balance(body.get("decisions_remaining"))
+            if response.headers.get("idempotent-replayed") == "true":
+                scored[_REPLAYED] = True  # paid for by an earlier run: spends nothing now
+            else:
+                self._saw_balance(body.get("decisions_remaining"))
             return scored
         if status == 402:
             self._saw_balance(body.get("balance"))
