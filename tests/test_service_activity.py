@@ -36,6 +36,15 @@ def test_a_connection_is_alone_until_another_sends_within_the_window():
     assert not activity.alone(None)  # an unknown connection never commits on the loop
 
 
+def test_connections_gone_quiet_are_forgotten():
+    activity = ConnectionActivity(window_s=0.05)
+    for port in range(1000):
+        activity.alone(("10.0.0.2", port))
+    time.sleep(0.06)
+    assert activity.alone(("10.0.0.2", 5000))
+    assert len(activity._last_seen) == 1  # the thousand quiet ones are gone
+
+
 class RecordingLedger(SqliteLedger):
     """The real ledger, noting which thread commits each charge."""
 

@@ -15,13 +15,13 @@ import time
 from collections.abc import Hashable
 
 WINDOW_S = 0.05
-_PRUNE_ABOVE = 64  # connections remembered before the stale ones are forgotten
 
 
 class ConnectionActivity:
     def __init__(self, *, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
         self._last_seen: dict[Hashable, float] = {}
+        self._pruned_at = 0.0
 
     def alone(self, connection: Hashable | None) -> bool:
         """Record a request from `connection`; true if no other connection sent one within the
@@ -32,7 +32,8 @@ class ConnectionActivity:
         since = now - self.window_s
         last_seen = self._last_seen
         last_seen[connection] = now
-        if len(last_seen) > _PRUNE_ABOVE:
+        if now - self._pruned_at > self.window_s:  # at most once a window: O(1) a request
+            self._pruned_at = now
             for other in [c for c, seen in last_seen.items() if seen < since]:
                 del last_seen[other]
         return all(seen < since or other == connection for other, seen in last_seen.items())
