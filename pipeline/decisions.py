@@ -67,11 +67,10 @@ class DecisionDesk:
         commit_inline: bool = False,
     ) -> Decision:
         """The spec's response body, and whether it is a replay (nothing charged); raises
-        RequestValidationError or a LedgerError. The
-        ledger's writes are awaited from their writer threads, never blocking the event loop;
-        with `commit_inline` (a caller with nobody to share a transaction with, see
-        `pipeline.service.activity`) they are made on the calling thread instead, which
-        saves two thread handoffs.
+        RequestValidationError or a LedgerError. The ledger's writes are awaited from their
+        writer threads, never blocking the event loop; with `commit_inline` (a caller with
+        nobody to share a transaction with, see `pipeline.service.activity`) they are made on
+        the calling thread instead, which saves two thread handoffs.
 
         An engine that says it is fast (`inline`: microseconds of pure computation) answers
         first, on the loop, and its answer is sent only once the charge is made; if it fails,

@@ -38,6 +38,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.errors import UsageError
+from pipeline.io.atomic import atomic_path
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -112,22 +113,14 @@ class Journal:
 
     def _write(self, frame: pl.DataFrame, name: str) -> str:
         """Write a Parquet file completely (fsynced) before the database refers to it."""
-        target = self.files / name
-        temporary = target.with_suffix(".tmp")
-        frame.write_parquet(temporary, compression="lz4")  # several times faster than zstd here
-        with temporary.open("rb") as handle:
-            os.fsync(handle.fileno())
-        temporary.replace(target)
+        with atomic_path(self.files / name) as temporary:
+            frame.write_parquet(temporary, compression="lz4")  # several times faster than zstd
         return name
 
     def _copy(self, source: Path, name: str) -> str:
         """`_write` for a file that exists already: copied, fsynced, renamed into place."""
-        target = self.files / name
-        temporary = target.with_suffix(".tmp")
-        shutil.copyfile(source, temporary)
-        with temporary.open("rb") as handle:
-            os.fsync(handle.fileno())
-        temporary.replace(target)
+        with atomic_path(self.files / name) as temporary:
+            shutil.copyfile(source, temporary)
         return name
 
     # -- runs ---------------------------------------------------------------------------------

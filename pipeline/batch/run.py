@@ -24,6 +24,7 @@ from pipeline.batch.execute import SECONDS_PER_DAY, Executor, now, triage
 from pipeline.batch.fingerprint import request_fingerprints
 from pipeline.batch.journal import Journal
 from pipeline.batch.normalize import normalize, normalize_column
+from pipeline.batch.positions import scattered
 from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_COLUMNS, RESULT_SCHEMA
 from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
@@ -185,24 +186,18 @@ def _merge_reasoning(results: pl.DataFrame, explained: pl.DataFrame) -> pl.DataF
     return merged.drop(*(f"_{c}" for c in reasoning_columns), "_used", "_status", "_error")
 
 
-def _scattered(values: pl.Series, at: pl.Series, length: int) -> pl.Series:
-    """A series of `length` nulls with `values` put at the positions `at`."""
-    empty = pl.select(pl.repeat(None, length, dtype=values.dtype)).to_series()
-    return empty.scatter(at, values)
-
-
 def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
     """Every input row once, in input order: original columns, then the result columns."""
     problems = prepared.problems
     rejected = problems["error_field"].is_not_null()
     rows = prepared.raw.height
     # Positions, not joins: request_id and row_number are 1-based row numbers of the file.
-    answer_of_request = _scattered(
+    answer_of_request = scattered(
         pl.int_range(scored.height, eager=True, dtype=pl.UInt32), scored["request_id"], rows + 1
     )
     at_row = keyed["row_number"] - 1
-    answer_of_row = _scattered(answer_of_request.gather(keyed["request_id"]), at_row, rows)
-    first = _scattered(keyed["first"], at_row, rows)
+    answer_of_row = scattered(answer_of_request.gather(keyed["request_id"]), at_row, rows)
+    first = scattered(keyed["first"], at_row, rows)
     result = scored.select(pl.all().gather(answer_of_row)).with_columns(
         decisions_used=pl.when(pl.lit(first)).then("decisions_used").otherwise(0)
     )
@@ -490,9 +485,10 @@ def run_batch(
         ],
     )  # fmt: skip
     exit_code = summary.exit_code
-    keep = journal is not None and exit_code == EXIT_OK
-    if keep and journal is not None:
-        journal.forget_last_run()  # its files are about to be rewritten
+    # A finished run is kept in the journal, to answer a rerun of the unchanged file.
+    keeping = journal if journal is not None and exit_code == EXIT_OK else None
+    if keeping is not None:
+        keeping.forget_last_run()  # its files are about to be rewritten
     # A Parquet output holds exactly `results`: the journal's copy is then a copy of its bytes.
     parquet = next((o for o in options.outputs if output_format(o) == "parquet"), None)
     with ThreadPoolExecutor(max_workers=1) as beside:
@@ -502,21 +498,21 @@ def run_batch(
         saved = []
         if journal is not None:
             saved.append(beside.submit(journal.save_verdicts, results))
-        if keep and journal is not None and parquet is None:
-            saved.append(beside.submit(journal.write_last_run, results, rejects))
+        if keeping is not None and parquet is None:
+            saved.append(beside.submit(keeping.write_last_run, results, rejects))
         for output in options.outputs:
             progress(f"writing {output.name}", 0, results.height, budget.spent)
             write_output(
                 output, results, rejects=rejects, summary=summary, changes=changes,
                 csv_bom=options.csv_bom,
             )  # fmt: skip
-            if keep and journal is not None and output == parquet:
-                copy = beside.submit(journal.write_last_run, results, rejects, written=output)
+            if keeping is not None and output == parquet:
+                copy = beside.submit(keeping.write_last_run, results, rejects, written=output)
                 saved.append(copy)
         for done in saved:
             done.result()
-    if keep and journal is not None:
-        journal.finish_run(freshness_days)
-        journal.keep_last_run(key, min(executor.oldest_reused, started.timestamp()))
+    if keeping is not None:
+        keeping.finish_run(freshness_days)
+        keeping.keep_last_run(key, min(executor.oldest_reused, started.timestamp()))
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)

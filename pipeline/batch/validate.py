@@ -11,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.batch.columns import ColumnMap
+from pipeline.batch.positions import scattered
 from pipeline.engine.rules import violations
 from pipeline.engine.schema import FIELD_PATHS, REQUEST_SCHEMA
 
@@ -101,10 +102,7 @@ def reject_reasons(
         error_column=pl.col("header"),
         error_value=pl.col("value"),
     )
-    everyone = pl.DataFrame({"_i": pl.int_range(bad.len(), eager=True, dtype=pl.UInt32)})
-    return everyone.join(
-        reasons.with_columns(_i=picked), on="_i", how="left", maintain_order="left"
-    ).drop("_i")
+    return pl.DataFrame([scattered(reasons[c], picked, bad.len()) for c in reasons.columns])
 
 
 def _cell_values(raw: pl.DataFrame, columns: pl.Series, header_of: dict[str, str]) -> pl.Series:
