@@ -310,8 +310,9 @@ def test_a_batch_resent_with_fewer_rows_is_not_charged_again(tmp_path):
     scorer = LocalScorer(engine, ledger, workspace="w", chunk_rows=100)
     prepared = prepare(BatchOptions(input=SAMPLE / "portfolio.csv", outputs=[]))
     valid = prepared.requests.filter(pl.lit(prepared.problems["error_field"].is_null()))
-    unique = distinct_requests(valid).filter(pl.col("first")).drop("first", "row_number")
-    batch = costed(unique.head(10), False, scorer.version).with_columns(
+    keyed = distinct_requests(costed(valid, False, scorer.version))
+    unique = keyed.filter(pl.col("first")).drop("first", "row_number")
+    batch = unique.head(10).with_columns(
         batch_key=pl.lit("batch-1"), idempotency_key=pl.lit("k")
     )
     assert scorer.score(batch, budget=Budget(None))["status"].to_list() == ["scored"] * 10
@@ -336,3 +337,18 @@ def test_a_batch_is_done_only_once_its_answers_file_is_written(tmp_path):
     assert seen_by_another.states(rows["fingerprint"])["state"].to_list() == ["done", "done"]
     journal.close()
     seen_by_another.close()
+
+
+def test_rows_files_written_ahead_are_kept_only_for_batches_that_left(tmp_path, monkeypatch):
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
+    job = Job(tmp_path)
+    # 40 + 40 + the first 20 of a third batch, whose rows file was written ahead for 40 rows
+    assert job.score(SAMPLE / "portfolio.csv", "--budget", "100") == 3
+    assert job.charged() == 100
+    with sqlite3.connect(job.journal) as db:
+        listed = {name for (name,) in db.execute("SELECT rows_file FROM batches")}
+    folder = Path(job.journal).with_suffix(".results")
+    assert {p.name for p in folder.glob("*.rows.parquet")} == listed
+    assert sorted(pl.read_parquet(folder / name).height for name in listed) == [20, 40, 40]
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.charged() == DISTINCT_VALID

@@ -203,14 +203,29 @@ class Journal:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def mark_sent(self, rows: pl.DataFrame, batch_key: str) -> None:
-        """Before the requests leave: their fingerprints, keys and costs, and the batch `sent`.
-
-        From here on a crash leaves them in doubt, to be resent under the same keys."""
-        rows_file = self._write(
+    def write_rows(self, rows: pl.DataFrame, batch_key: str) -> str:
+        """A batch's rows file (fingerprints, keys, costs), fsynced; its name. Nothing refers
+        to it until `mark_sent`, so a file written for a batch that never leaves is harmless."""
+        return self._write(
             rows.select(pl.col(c).cast(t) for c, t in _ROWS_SCHEMA.items()),
             f"{_safe(batch_key)}-{uuid.uuid4().hex[:8]}.rows.parquet",
         )
+
+    def write_rows_ahead(self, rows: pl.DataFrame, batch_key: str) -> Future[str]:
+        """`write_rows` in the background, while the batch before it is scored."""
+        return self._writer.submit(self.write_rows, rows, batch_key)
+
+    def discard_rows(self, rows_file: str) -> None:
+        """A rows file written ahead for a batch that did not leave as it was written."""
+        (self.files / rows_file).unlink(missing_ok=True)
+
+    def mark_sent(self, rows: pl.DataFrame, batch_key: str, rows_file: str | None = None) -> None:
+        """Before the requests leave: their fingerprints, keys and costs, and the batch `sent`.
+        `rows_file`: these rows' file, already written by `write_rows`.
+
+        From here on a crash leaves them in doubt, to be resent under the same keys."""
+        if rows_file is None:
+            rows_file = self.write_rows(rows, batch_key)
         now = time.time()
         self._db.execute(
             "INSERT OR REPLACE INTO batches (batch_key, state, rows_file, rows, created_at,"

@@ -30,7 +30,6 @@ from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
 from pipeline.decisions import COST_SCORING, COST_WITH_REASONING
-from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import UsageError
 from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
@@ -104,8 +103,9 @@ def prepare(options: BatchOptions) -> Prepared:
 def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
     """row_number -> request_id: equal requests in one file share one id (scored once).
 
-    Grouped on the request columns themselves: exact, no hash that two requests could share."""
-    first_row = pl.col("row_number").min().over(*REQUEST_SCHEMA)
+    `requests` are `costed`: grouped on their sha256 fingerprints, the identity the journal
+    already trusts to reuse an answer (a third of the time of grouping on every column)."""
+    first_row = pl.col("row_number").min().over("fingerprint")
     return requests.with_columns(request_id=first_row, first=pl.col("row_number") == first_row)
 
 
@@ -140,15 +140,15 @@ def score_requests(
     context: RunContext,
     progress: Progress,
 ) -> pl.DataFrame:
-    """Score distinct valid requests; in borderline mode, reasoning for `partial` ones after."""
+    """Score distinct valid requests (`costed` for the first pass); in borderline mode,
+    reasoning for `partial` ones after."""
     mode = context.options.reasoning
     total = unique.height
 
     def report(stage: str) -> Callable[[int, int], None]:
         return lambda done, spent: progress(stage, done, total, spent)
 
-    first = costed(unique, mode == "all", executor.scorer.version)
-    first = prioritised(first, context.raw, context.options.priority)
+    first = prioritised(unique, context.raw, context.options.priority)
     triaged = triage(first, executor.journal, freshness_days=context.freshness_days, now=now())
     results = executor.run(triaged, report("scoring"), keep_costs=context.resuming)
     if mode != "borderline":
@@ -373,10 +373,7 @@ def make_plan(
     journal: Journal | None, options: BatchOptions, freshness_days: float,
 ) -> Plan:  # fmt: skip
     mode = options.reasoning
-    first = triage(
-        costed(unique, mode == "all", scorer.version), journal,
-        freshness_days=freshness_days, now=now(),
-    )  # fmt: skip
+    first = triage(unique, journal, freshness_days=freshness_days, now=now())
     to_send = first.new.height + first.in_doubt.height
     new_cost = int(first.new["cost"].sum() or 0)
     worst = None
@@ -443,7 +440,7 @@ def run_batch(
     progress("read", prepared.raw.height, prepared.raw.height, 0)
 
     valid = prepared.requests.filter(pl.lit(prepared.problems["error_field"].is_null()))
-    keyed = distinct_requests(valid)
+    keyed = distinct_requests(costed(valid, options.reasoning == "all", scorer.version))
     unique = keyed.filter(pl.col("first")).drop("first", "row_number")
     if dry_run:
         return make_plan(unique, prepared, keyed, scorer, journal, options, freshness_days)
