@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -38,6 +37,8 @@ def _print_json(value: object) -> None:
 
 
 def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+
     from pipeline.decisions import DecisionDesk
     from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine

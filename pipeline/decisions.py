@@ -18,10 +18,13 @@ from pipeline.engine.batching import MicroBatcher
 from pipeline.engine.engine import Engine
 from pipeline.engine.models import DecisionRequest
 from pipeline.engine.request import checked_row, parse_request
-from pipeline.ledger.base import Charge, ChargeRequest, Ledger
-
-COST_SCORING = 1
-COST_WITH_REASONING = 3
+from pipeline.ledger.base import (
+    COST_SCORING,
+    COST_WITH_REASONING,
+    Charge,
+    ChargeRequest,
+    Ledger,
+)
 
 
 def cost_of(reasoning: bool) -> int:

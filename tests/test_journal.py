@@ -312,9 +312,7 @@ def test_a_batch_resent_with_fewer_rows_is_not_charged_again(tmp_path):
     valid = prepared.requests.filter(pl.lit(prepared.problems["error_field"].is_null()))
     keyed = distinct_requests(costed(valid, False, scorer.version))
     unique = keyed.filter(pl.col("first")).drop("first", "row_number")
-    batch = unique.head(10).with_columns(
-        batch_key=pl.lit("batch-1"), idempotency_key=pl.lit("k")
-    )
+    batch = unique.head(10).with_columns(batch_key=pl.lit("batch-1"), idempotency_key=pl.lit("k"))
     assert scorer.score(batch, budget=Budget(None))["status"].to_list() == ["scored"] * 10
     again = scorer.score(batch.head(7), budget=Budget(None))
     assert again["status"].to_list() == ["scored"] * 7

@@ -29,10 +29,10 @@ from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_COLUMNS, RESULT
 from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
-from pipeline.decisions import COST_SCORING, COST_WITH_REASONING
 from pipeline.errors import UsageError
 from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
+from pipeline.ledger.base import COST_SCORING, COST_WITH_REASONING
 
 ReasoningMode = Literal["none", "all", "borderline"]
 INPUT_SUFFIX = " (input)"  # appended to an input header that clashes with a result column

@@ -18,11 +18,9 @@ from pipeline.batch.summary import RunSummary
 from pipeline.errors import UsageError
 from pipeline.io.csv_writer import write_csv, write_rejects_csv
 from pipeline.io.parquet_writer import write_parquet
-from pipeline.io.xlsx_writer import XLSX_MAX_DATA_ROWS, check_xlsx_capacity, write_xlsx
 
 __all__ = [
     "OUTPUT_FORMATS",
-    "XLSX_MAX_DATA_ROWS",
     "check_output_capacity",
     "output_format",
     "write_output",
@@ -51,6 +49,8 @@ def check_output_capacity(path: Path, rows: int) -> None:
     need more than 1,048,575 data rows.
     """
     if output_format(path) == "xlsx":
+        from pipeline.io.xlsx_writer import check_xlsx_capacity  # xlsxwriter: only for workbooks
+
         check_xlsx_capacity(path, rows)
 
 
@@ -72,6 +72,8 @@ def write_output(
     path = Path(path)
     kind = output_format(path)
     if kind == "xlsx":
+        from pipeline.io.xlsx_writer import write_xlsx
+
         write_xlsx(path, results, rejects=rejects, summary=summary, changes=changes)
     elif kind == "csv":
         write_csv(path, results, bom=csv_bom)

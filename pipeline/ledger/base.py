@@ -12,6 +12,9 @@ from typing import Protocol
 
 from pipeline.errors import LedgerError
 
+COST_SCORING = 1  # decisions a request costs (spec: scoring only)
+COST_WITH_REASONING = 3  # with `reasoning: true`
+
 
 @dataclass(frozen=True)
 class Workspace:
