@@ -225,10 +225,12 @@ def test_kill_9_at_many_points_never_charges_twice_and_ends_identical(tmp_path):
         process.wait()
         kills += 1
         assert job.charged() <= distinct  # never more than one charge per distinct request
+        if job.out.exists() and not _unfinished(job):
+            break  # it finished its work (output written, run closed) just before the kill;
+            # another run would answer from it, every row at 0 decisions
     if _unfinished(job):
         done = subprocess.run(_score_command(job, source), env=env, capture_output=True)
         assert done.returncode == 0, done.stderr
-    # else the last run finished its work (output written, run closed) just before its kill
     assert kills >= 3
     assert job.charged() == distinct
     assert job.results().equals(expected)
@@ -350,3 +352,25 @@ def test_rows_files_written_ahead_are_kept_only_for_batches_that_left(tmp_path, 
     assert sorted(pl.read_parquet(folder / name).height for name in listed) == [20, 40, 40]
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID
+
+
+def test_scoring_a_pass_ahead_gives_the_answers_of_scoring_batch_by_batch(tmp_path, monkeypatch):
+    from pipeline.engine.engine import Engine
+
+    (tmp_path / "one").mkdir()
+    whole = Job(tmp_path / "one")  # 50,000 rows a batch: one batch, scored when charged
+    assert whole.score(SAMPLE / "portfolio.csv", "--budget", "300") == 3
+
+    calls: list[int] = []
+    score = Engine.score
+    monkeypatch.setattr(
+        Engine, "score", lambda self, rows: calls.append(rows.height) or score(self, rows)
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
+    (tmp_path / "batches").mkdir()
+    batched = Job(tmp_path / "batches")
+    assert batched.score(SAMPLE / "portfolio.csv", "--budget", "300") == 3
+
+    assert calls == [300]  # what the budget affords, in one call; every batch took from it
+    assert batched.charged() == whole.charged() == 300
+    assert batched.results().equals(whole.results())

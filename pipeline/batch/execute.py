@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -113,35 +113,45 @@ class Executor:
             progress(handled, self.budget.spent)
             stop = stop or _stop_reason(answers)
         journal_id = self.journal.journal_id if self.journal is not None else uuid.uuid4().hex
-        new = _new_keys(triaged.new, journal_id)
-        ahead: _Ahead | None = None
-        try:
-            while not new.is_empty():
-                if stop is not None:
-                    parts.append(_with_fingerprint(skipped_rows(new, *stop), new))
-                    break
-                batch = ahead.batch if ahead is not None else self._batch_of(new)
-                group, stop = self._affordable_part(batch)
-                rows_file = None
-                if ahead is not None:
-                    rows_file = ahead.rows_file(self.journal, fits=group.height == batch.height)
-                    ahead = None
-                if group.is_empty():
-                    continue
-                new = new.slice(group.height)
-                if stop is None and not new.is_empty():
-                    ahead = self._write_ahead(self._batch_of(new))
-                answers = self._send(group, rows_file)
-                parts.append(answers)
-                handled += group.height
+        for answers, sent in self._new_batches(_new_keys(triaged.new, journal_id), stop):
+            parts.append(answers)
+            if sent:
+                handled += answers.height
                 progress(handled, self.budget.spent)
-                stop = stop or _stop_reason(answers)
-        finally:
-            if ahead is not None:
-                ahead.discard(self.journal)
         if self.journal is not None:
             self.journal.flush()
         return pl.concat([p for p in parts if not p.is_empty()] or [_empty()], how="vertical")
+
+    def _new_batches(
+        self, new: pl.DataFrame, stop: tuple[str, str] | None
+    ) -> Iterator[tuple[pl.DataFrame, bool]]:
+        """(answers, sent) for each batch of `new` in turn; once sending stops, the rows left
+        as `skipped` with the reason (not sent)."""
+        ahead: _Ahead | None = None
+        affordable = new.head(_affordable(new["cost"], self._available()))
+        try:
+            with self.scorer.scoring_ahead(affordable):
+                while not new.is_empty():
+                    if stop is not None:
+                        yield _with_fingerprint(skipped_rows(new, *stop), new), False
+                        return
+                    batch = ahead.batch if ahead is not None else self._batch_of(new)
+                    group, stop = self._affordable_part(batch)
+                    rows_file = None
+                    if ahead is not None:
+                        rows_file = ahead.rows_file(self.journal, fits=group.height == batch.height)
+                        ahead = None
+                    if group.is_empty():
+                        continue
+                    new = new.slice(group.height)
+                    if stop is None and not new.is_empty():
+                        ahead = self._write_ahead(self._batch_of(new))
+                    answers = self._send(group, rows_file)
+                    yield answers, True
+                    stop = stop or _stop_reason(answers)
+        finally:
+            if ahead is not None:
+                ahead.discard(self.journal)
 
     def _batch_of(self, new: pl.DataFrame) -> pl.DataFrame:
         # A new batch gets a key of its own: rows re-scored because their answer went stale
@@ -157,14 +167,23 @@ class Executor:
             return None
         return _Ahead(batch, self.journal.write_rows_ahead(batch, batch["batch_key"][0]))
 
+    def _spendable(self, balance: int | None) -> int | None:
+        return None if balance is None else max(balance - self.reserve, 0)
+
+    def _available(self) -> int | None:
+        """What this run can still spend: the smaller of the budget left and the balance
+        known (less the reserve); None when neither bounds it."""
+        bounds = [b for b in (self.budget.remaining, self._spendable(self.scorer.balance()))
+                  if b is not None]  # fmt: skip
+        return min(bounds) if bounds else None
+
     def _affordable_part(self, batch: pl.DataFrame) -> tuple[pl.DataFrame, tuple[str, str] | None]:
         """The head of `batch` that the budget and the known balance pay for, and why the
         rest cannot be sent (None when all of it can)."""
         costs = batch["cost"]
         by_budget = _affordable(costs, self.budget.remaining)
         balance = self.scorer.balance()
-        available = None if balance is None else max(balance - self.reserve, 0)
-        by_balance = _affordable(costs, available)
+        by_balance = _affordable(costs, self._spendable(balance))
         rows = min(by_budget, by_balance)
         if rows == costs.len():
             return batch, None

@@ -13,6 +13,7 @@ come back `skipped` with the reason.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 import polars as pl
@@ -64,6 +65,11 @@ class Scorer(Protocol):
 
     def balance(self) -> int | None:
         """The balance now, when the scorer can know it."""
+        ...
+
+    def scoring_ahead(self, requests: pl.DataFrame) -> AbstractContextManager[None]:
+        """While the block runs, `score` may take what costs nothing from work done ahead on
+        `requests` (the new requests of a pass, in sending order). Charges nothing."""
         ...
 
     def score(

@@ -33,6 +33,7 @@ import json
 import logging
 import time
 import uuid
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,6 +278,9 @@ class HttpScorer:
         self._runner = None
 
     # -- scoring -----------------------------------------------------------------------------
+
+    def scoring_ahead(self, requests: pl.DataFrame) -> AbstractContextManager[None]:
+        return nullcontext()  # every answer is the service's, paid for as it comes
 
     def score(
         self, requests: pl.DataFrame, *, budget: Budget, progress: ProgressCallback | None = None
