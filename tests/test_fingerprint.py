@@ -37,9 +37,9 @@ def test_equal_requests_share_a_fingerprint_and_the_version_separates_them():
     assert two[0] != one[0]
 
 
-def test_a_batch_charge_is_fingerprinted_by_its_sorted_request_fingerprints():
-    # A batch charged just before a crash is resent after an upgrade: the same bytes replay it.
+def test_a_batch_charge_is_fingerprinted_by_its_request_fingerprints_in_sending_order():
+    # What the ledger entry records: checkable against the batch's journal rows file.
     from pipeline.batch.scorers.local import _fingerprint
 
     rows = pl.DataFrame({"fingerprint": ["f3", "f1", "f2"]})
-    assert _fingerprint(rows) == hashlib.sha256(b"f1\nf2\nf3").hexdigest()
+    assert _fingerprint(rows) == hashlib.sha256(b"f3\nf1\nf2").hexdigest()

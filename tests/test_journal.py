@@ -299,7 +299,7 @@ def test_stale_answers_are_paid_for_again(tmp_path, monkeypatch):
     assert job.results()["decisions_used"].sum() == DISTINCT_VALID
 
 
-def test_a_batch_resent_with_fewer_rows_is_not_charged_again(tmp_path):
+def test_a_batch_resent_with_fewer_rows_or_in_another_order_is_not_charged_again(tmp_path):
     from pipeline.batch.budget import Budget
     from pipeline.batch.run import BatchOptions, costed, distinct_requests, prepare
     from pipeline.batch.scorers.local import LocalScorer
@@ -318,7 +318,10 @@ def test_a_batch_resent_with_fewer_rows_is_not_charged_again(tmp_path):
     assert scorer.score(batch, budget=Budget(None))["status"].to_list() == ["scored"] * 10
     again = scorer.score(batch.head(7), budget=Budget(None))
     assert again["status"].to_list() == ["scored"] * 7
-    assert ledger.workspace("w").balance == 990
+    budget = Budget(None)
+    reversed_ = scorer.score(batch.reverse(), budget=budget)
+    assert reversed_["status"].to_list() == ["scored"] * 10
+    assert (ledger.workspace("w").balance, budget.spent) == (990, 0)
 
 
 def test_a_batch_is_done_only_once_its_answers_file_is_written(tmp_path):
