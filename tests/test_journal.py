@@ -357,12 +357,17 @@ def test_rows_files_written_ahead_are_kept_only_for_batches_that_left(tmp_path, 
     assert job.charged() == DISTINCT_VALID
 
 
-def test_scoring_a_pass_ahead_gives_the_answers_of_scoring_batch_by_batch(tmp_path, monkeypatch):
+# Borderline: rows whose reasoning the budget cannot pay stay scored, so the exit code is 0.
+@pytest.mark.parametrize(("mode", "budget", "code"), [("none", 300, 3), ("borderline", 500, 0)])
+def test_scoring_a_pass_ahead_gives_the_answers_of_scoring_batch_by_batch(
+    tmp_path, monkeypatch, mode, budget, code
+):
     from pipeline.engine.engine import Engine
 
     (tmp_path / "one").mkdir()
     whole = Job(tmp_path / "one")  # 50,000 rows a batch: one batch, scored when charged
-    assert whole.score(SAMPLE / "portfolio.csv", "--budget", "300") == 3
+    options = ("--budget", str(budget), "--reasoning", mode)
+    assert whole.score(SAMPLE / "portfolio.csv", *options) == code
 
     calls: list[int] = []
     score = Engine.score
@@ -372,8 +377,11 @@ def test_scoring_a_pass_ahead_gives_the_answers_of_scoring_batch_by_batch(tmp_pa
     monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
     (tmp_path / "batches").mkdir()
     batched = Job(tmp_path / "batches")
-    assert batched.score(SAMPLE / "portfolio.csv", "--budget", "300") == 3
+    assert batched.score(SAMPLE / "portfolio.csv", *options) == code
 
-    assert calls == [300]  # what the budget affords, in one call; every batch took from it
-    assert batched.charged() == whole.charged() == 300
+    # What the budget affords, in one call a pass (borderline: the partial verdicts' reasoning
+    # is a second pass, within what the first left); every batch took its rows from it.
+    assert calls[0] == min(budget, DISTINCT_VALID) and all(n > 40 for n in calls)
+    assert len(calls) == (1 if mode == "none" else 2)
+    assert batched.charged() == whole.charged() > budget - 3
     assert batched.results().equals(whole.results())
