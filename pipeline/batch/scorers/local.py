@@ -29,6 +29,7 @@ from pipeline.errors import IdempotencyKeyReused, InsufficientDecisions
 from pipeline.ledger.base import ChargeRequest, Ledger
 
 _REASONING_COLUMNS = ("reasoning_en", "reasoning_ar", "key_factors", "risk_flags")
+_ANSWER_COLUMNS = frozenset(OUTPUT_SCHEMA) | {"cost", "reasoning"}
 
 
 class LocalScorer:
@@ -59,8 +60,8 @@ class LocalScorer:
     ) -> pl.DataFrame:
         parts: list[pl.DataFrame] = []
         done = 0
-        for (batch_key,), group in requests.group_by("batch_key", maintain_order=True):
-            parts.append(self._score_group(str(batch_key), group, budget))
+        for batch_key, group in _batches(requests):
+            parts.append(self._score_group(batch_key, group, budget))
             done += group.height
             if progress is not None:
                 progress(done, budget.spent)
@@ -150,7 +151,20 @@ class _ScoredAhead:
         positions = self.position.gather(ids)
         if positions.null_count():
             return None
-        return self.scored[positions].with_columns(charged["cost"], charged["reasoning"])
+        scored = self.scored
+        if not charged["reasoning"].any():  # the answer's columns; an explanation reads all
+            scored = scored.select(c for c in scored.columns if c in _ANSWER_COLUMNS)
+        return scored[positions].with_columns(charged["cost"], charged["reasoning"])
+
+
+def _batches(requests: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+    """(batch_key, rows) in order; one batch (the run's usual case) without a group_by."""
+    if requests.is_empty():
+        return []
+    keys = requests["batch_key"]
+    if (keys == keys[0]).all():
+        return [(str(keys[0]), requests)]
+    return [(str(k), g) for (k,), g in requests.group_by("batch_key", maintain_order=True)]
 
 
 def _with_reasoning(engine: Engine, scored: pl.DataFrame) -> pl.DataFrame:
