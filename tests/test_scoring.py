@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -169,3 +170,21 @@ def test_the_row_formulas_score_exactly_as_the_frame_formulas(rows, market):
     by_frame = score_frame(frame).select(SCORE_COLUMNS).to_dicts()
     by_row = [{c: score_row(row)[c] for c in SCORE_COLUMNS} for row in frame.to_dicts()]
     assert by_row == by_frame
+
+
+def test_a_large_frame_scored_by_the_streaming_engine_scores_as_small_frames():
+    from pipeline.engine.scoring import STREAMING_FROM_ROWS
+
+    kinds = [
+        request_row(type=kind, price=price, area=area, bedrooms=3.0, floor=floor)
+        for kind in PROPERTY_TYPES
+        for price, area, floor in [(950_000.0, 140.0, 2.0), (4e6, 600.0, None), (1e5, 30.0, 9.0)]
+    ]
+    frames = [market_frame(kinds, market) for market in (DISTRICT_MARKET, NO_MARKET)]
+    base = pl.concat(frames)
+    repeats = STREAMING_FROM_ROWS // base.height + 1
+    big = pl.concat([base] * repeats).with_columns(
+        price=pl.col("price") * (1 + pl.int_range(pl.len()) % 997 / 1000)
+    )
+    small = pl.concat([score_frame(part) for part in big.iter_slices(STREAMING_FROM_ROWS // 2)])
+    assert score_frame(big).equals(small)
