@@ -204,7 +204,7 @@ def _score_command(job: Job, source: Path) -> list[str]:
 
 def test_kill_9_at_many_points_never_charges_twice_and_ends_identical(tmp_path):
     env = {**os.environ, "DECISIONS_SETTINGS": str(_settings(tmp_path))}
-    source = _portfolio(tmp_path, copies=20)
+    source = _portfolio(tmp_path, copies=30)
 
     (tmp_path / "reference").mkdir()
     reference = Job(tmp_path / "reference")
@@ -215,16 +215,20 @@ def test_kill_9_at_many_points_never_charges_twice_and_ends_identical(tmp_path):
 
     (tmp_path / "killed").mkdir()
     job = Job(tmp_path / "killed")
-    kills = 0
+    kills = stalled = charged = 0
     for attempt in range(12):
         process = subprocess.Popen(_score_command(job, source), env=env, stderr=subprocess.PIPE)
-        time.sleep(1.2 + 0.15 * (attempt % 4))  # past the start-up, into the scoring
+        # Past the start-up, into the scoring; the start-up grows with the journal, so a run
+        # killed before it charged anything is given longer next time.
+        time.sleep(1.0 + 0.2 * (attempt % 4) + 0.4 * stalled)
         if process.poll() is not None:
             break
         process.send_signal(signal.SIGKILL)
         process.wait()
         kills += 1
         assert job.charged() <= distinct  # never more than one charge per distinct request
+        stalled = stalled + 1 if job.charged() == charged else 0
+        charged = job.charged()
         if job.out.exists() and not _unfinished(job):
             break  # it finished its work (output written, run closed) just before the kill;
             # another run would answer from it, every row at 0 decisions
