@@ -346,6 +346,36 @@ def test_a_batch_is_done_only_once_its_answers_file_is_written(tmp_path):
     seen_by_another.close()
 
 
+def test_the_latest_batch_holding_a_request_decides_its_state(tmp_path):
+    from pipeline.batch.journal import Journal
+
+    def rows(*fingerprints: str) -> pl.DataFrame:
+        keys = [f"k-{f}" for f in fingerprints]
+        return pl.DataFrame({"fingerprint": fingerprints, "idempotency_key": keys,
+                             "cost": [1] * len(fingerprints)})  # fmt: skip
+
+    journal = Journal(tmp_path / "j.journal")
+    journal.mark_sent(rows("f1", "f2", "f3", "f5"), "batch-1")
+    answers = {"fingerprint": ["f1", "f2", "f3", "f5"], "status": ["scored", "failed", "skipped",
+               "rejected"]}  # fmt: skip
+    journal.record(pl.DataFrame(answers), "batch-1")
+    journal.flush()
+    time.sleep(0.01)  # batches are ordered by when they were created
+    journal.mark_sent(rows("f1"), "batch-2")  # resent, no answer yet
+
+    states = journal.states(pl.Series(["f1", "f2", "f3", "f4", "f5", "f5"])).sort("fingerprint")
+    assert states.select("fingerprint", "state", "batch_key", "idempotency_key").rows() == [
+        ("f1", "sent", "batch-2", "k-f1"),  # the later batch, in doubt
+        ("f2", "failed", "batch-1", "k-f2"),  # retries ran out: in doubt, same key
+        ("f5", "done", "batch-1", "k-f5"),  # rejected is final
+    ]  # f3 was skipped (never charged, as if never sent); f4 was never sent
+    assert states.filter(pl.col("state") == "sent")["result_file"].to_list() == [None]
+    done = states.filter(pl.col("state") != "sent")
+    assert done["result_file"].str.ends_with(".answers.parquet").all()
+    assert done["scored_at"].is_not_null().all()
+    journal.close()
+
+
 def test_rows_files_written_ahead_are_kept_only_for_batches_that_left(tmp_path, monkeypatch):
     monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
     job = Job(tmp_path)

