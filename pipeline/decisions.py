@@ -18,17 +18,7 @@ from pipeline.engine.batching import MicroBatcher
 from pipeline.engine.engine import Engine
 from pipeline.engine.models import DecisionRequest
 from pipeline.engine.request import checked_row, parse_request
-from pipeline.ledger.base import (
-    COST_SCORING,
-    COST_WITH_REASONING,
-    Charge,
-    ChargeRequest,
-    Ledger,
-)
-
-
-def cost_of(reasoning: bool) -> int:
-    return COST_WITH_REASONING if reasoning else COST_SCORING
+from pipeline.ledger.base import Charge, ChargeRequest, Ledger, cost_of
 
 
 def request_fingerprint(request: DecisionRequest) -> str:

@@ -167,8 +167,7 @@ class Journal:
         order = pl.DataFrame(
             {
                 "_rows": [path(rows_file) for _, _, rows_file, _, _ in batches],
-                "_answers": [path(answers) if state == "done" else None
-                             for _, state, _, answers, _ in batches],
+                "_answers": [path(answers) for _, _, _, answers, _ in batches],  # sent: none
                 "batch_key": [batch_key for batch_key, *_ in batches],
                 "_sent": [state != "done" for _, state, *_ in batches],
                 "result_file": [answers for _, _, _, answers, _ in batches],
@@ -200,8 +199,6 @@ class Journal:
             state=pl.when(pl.col("_sent")).then(pl.lit("sent"))
             .when(pl.col("status").is_in(_FINAL)).then(pl.lit("done"))
             .otherwise(pl.lit("failed")),
-            result_file=pl.when(pl.col("_sent")).then(None).otherwise("result_file"),
-            scored_at=pl.when(pl.col("_sent")).then(None).otherwise("scored_at"),
         )  # fmt: skip
         latest = (
             known.sort("_order").unique("fingerprint", keep="last", maintain_order=True).collect()

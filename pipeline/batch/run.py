@@ -32,7 +32,7 @@ from pipeline.batch.validate import reject_reasons
 from pipeline.errors import UsageError
 from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
-from pipeline.ledger.base import COST_SCORING, COST_WITH_REASONING
+from pipeline.ledger.base import cost_of
 
 ReasoningMode = Literal["none", "all", "borderline"]
 INPUT_SUFFIX = " (input)"  # appended to an input header that clashes with a result column
@@ -111,7 +111,7 @@ def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
 
 def costed(requests: pl.DataFrame, reasoning: bool, version: str) -> pl.DataFrame:
     """One pass's requests with their cost and fingerprint (which includes `reasoning`)."""
-    cost = COST_WITH_REASONING if reasoning else COST_SCORING
+    cost = cost_of(reasoning)
     frame = requests.with_columns(reasoning=pl.lit(reasoning), cost=pl.lit(cost, pl.Int64))
     return frame.with_columns(request_fingerprints(frame, version))
 

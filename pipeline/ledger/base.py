@@ -16,6 +16,10 @@ COST_SCORING = 1  # decisions a request costs (spec: scoring only)
 COST_WITH_REASONING = 3  # with `reasoning: true`
 
 
+def cost_of(reasoning: bool) -> int:
+    return COST_WITH_REASONING if reasoning else COST_SCORING
+
+
 @dataclass(frozen=True)
 class Workspace:
     name: str

@@ -116,7 +116,7 @@ class LocalScorer:
     def _evaluate(self, charged: pl.DataFrame) -> pl.DataFrame:
         scored = self._ahead.rows(charged) if self._ahead is not None else None
         if scored is None:
-            scored = self.engine.score(charged.select(*REQUEST_SCHEMA, "request_id", "cost"))
+            scored = _engine_rows(self.engine, charged)
         scored = scored.with_columns(
             status=pl.lit("scored"),
             decisions_used=pl.col("cost"),
@@ -138,7 +138,7 @@ class _ScoredAhead:
 
     @classmethod
     def of(cls, requests: pl.DataFrame, engine: Engine) -> _ScoredAhead:
-        scored = engine.score(requests.select(*REQUEST_SCHEMA, "request_id", "cost"))
+        scored = _engine_rows(engine, requests)
         ids = scored["request_id"]
         rows = pl.int_range(scored.height, eager=True, dtype=pl.UInt32)
         return cls(scored, scattered(rows, ids, int(ids.max()) + 1))
@@ -155,6 +155,10 @@ class _ScoredAhead:
         if not charged["reasoning"].any():  # the answer's columns; an explanation reads all
             scored = scored.select(c for c in scored.columns if c in _ANSWER_COLUMNS)
         return scored[positions].with_columns(charged["cost"], charged["reasoning"])
+
+
+def _engine_rows(engine: Engine, requests: pl.DataFrame) -> pl.DataFrame:
+    return engine.score(requests.select(*REQUEST_SCHEMA, "request_id", "cost"))
 
 
 def _batches(requests: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
