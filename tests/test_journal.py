@@ -419,3 +419,31 @@ def test_scoring_a_pass_ahead_gives_the_answers_of_scoring_batch_by_batch(
     assert len(calls) == (1 if mode == "none" else 2)
     assert batched.charged() == whole.charged() > budget - 3
     assert batched.results().equals(whole.results())
+
+
+def test_rows_scored_ahead_are_taken_by_position_whether_or_not_they_follow_each_other():
+    from pipeline.batch.scorers.local import _taken
+
+    scored = pl.DataFrame({"request_id": range(10), "text": [f"t{i}" for i in range(10)]})
+    for positions in ([3, 4, 5, 6], [0], [9], [5, 3, 4], [2, 4, 6], [7, 8, 8]):
+        taken = _taken(scored, pl.Series(positions, dtype=pl.UInt32))
+        assert taken["request_id"].to_list() == positions
+        assert taken["text"].to_list() == [f"t{i}" for i in positions]
+
+
+def test_copies_of_a_request_share_its_first_row_even_when_two_fingerprints_share_a_hash(
+    monkeypatch,
+):
+    from pipeline.batch import run
+
+    requests = pl.DataFrame(
+        {"row_number": [1, 2, 4, 5, 7, 9], "fingerprint": ["a", "b", "a", "c", "b", "a"]}
+    )
+    expected = [1, 2, 1, 5, 2, 1]
+    assert run.distinct_requests(requests)["request_id"].to_list() == expected
+    monkeypatch.setattr(run, "_group_key", lambda fingerprint: pl.lit(0))  # every hash equal
+    keyed = run.distinct_requests(requests)
+    assert keyed["request_id"].to_list() == expected
+    assert keyed["first"].to_list() == [True, True, False, True, False, False]
+    shuffled = requests.reverse()  # rows out of file order: grouped on the text, still right
+    assert run.distinct_requests(shuffled)["request_id"].to_list() == expected[::-1]

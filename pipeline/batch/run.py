@@ -105,8 +105,31 @@ def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
 
     `requests` are `costed`: grouped on their sha256 fingerprints, the identity the journal
     already trusts to reuse an answer (a third of the time of grouping on every column)."""
-    first_row = pl.col("row_number").min().over("fingerprint")
-    return requests.with_columns(request_id=first_row, first=pl.col("row_number") == first_row)
+    first_row = _first_rows(requests)
+    return requests.with_columns(request_id=first_row, first=requests["row_number"] == first_row)
+
+
+def _group_key(fingerprint: pl.Expr) -> pl.Expr:
+    return fingerprint.hash()
+
+
+def _first_rows(requests: pl.DataFrame) -> pl.Series:
+    """The first row_number of each fingerprint. Grouped on a 64-bit hash of the text (half the
+    time and memory of grouping on 64 hex characters); every copy is then checked to carry its
+    first row's fingerprint, and two fingerprints sharing a hash are grouped on the text."""
+    rows = requests["row_number"]
+    keyed = requests.select("row_number", _key=_group_key(pl.col("fingerprint")))
+    first = keyed.select(pl.col("row_number").min().over("_key"))["row_number"]
+    copies = rows != first
+    if copies.any() and not (rows.is_sorted() and _same_as_first(requests, first, copies)):
+        first = requests.select(pl.col("row_number").min().over("fingerprint"))["row_number"]
+    return first
+
+
+def _same_as_first(requests: pl.DataFrame, first: pl.Series, copies: pl.Series) -> bool:
+    rows, fingerprints = requests["row_number"], requests["fingerprint"]
+    at_first = fingerprints.gather(rows.search_sorted(first.filter(copies)))
+    return fingerprints.filter(copies).equals(at_first)
 
 
 def costed(requests: pl.DataFrame, reasoning: bool, version: str) -> pl.DataFrame:

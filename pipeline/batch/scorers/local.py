@@ -154,7 +154,18 @@ class _ScoredAhead:
         scored = self.scored
         if not charged["reasoning"].any():  # the answer's columns; an explanation reads all
             scored = scored.select(c for c in scored.columns if c in _ANSWER_COLUMNS)
-        return scored[positions].with_columns(charged["cost"], charged["reasoning"])
+        return _taken(scored, positions).with_columns(charged["cost"], charged["reasoning"])
+
+
+def _taken(scored: pl.DataFrame, positions: pl.Series) -> pl.DataFrame:
+    """`scored`'s rows at `positions`: a slice when they follow each other, as a batch's rows
+    do when the pass is sent in the order it was scored (a gather copied 0.5 s of strings
+    per million rows)."""
+    first = int(positions[0])
+    run = pl.int_range(first, first + positions.len(), eager=True, dtype=positions.dtype)
+    if positions.equals(run, check_names=False):
+        return scored.slice(first, positions.len())
+    return scored[positions]
 
 
 def _engine_rows(engine: Engine, requests: pl.DataFrame) -> pl.DataFrame:
