@@ -80,8 +80,9 @@ def score_remote(
     reasoning: str = "none",
     journal: Journal | None = None,
     source: Path = PORTFOLIO,
+    budget: int | None = None,
 ) -> BatchOutcome:
-    options = BatchOptions(input=source, outputs=[out], reasoning=reasoning)  # type: ignore[arg-type]
+    options = BatchOptions(input=source, outputs=[out], reasoning=reasoning, budget=budget)  # type: ignore[arg-type]
     with scorer:
         outcome = run_batch(options, scorer, journal=journal)
     assert isinstance(outcome, BatchOutcome)
@@ -138,6 +139,22 @@ def test_faults_after_the_charge_never_charge_twice(tmp_path, service, small):
     assert set(charges.values()) == {1}  # one charge per distinct row: retries were replayed
     assert service.balance() == 10_000 - paid
     assert outcome.results["decisions_used"].sum() == paid
+    assert outcome.summary.decisions_spent == paid  # a retry's replay was paid by this run
+
+
+def test_answers_lost_after_their_charge_count_against_the_budget(tmp_path, service, small):
+    def lose_first_answer(key: str, attempt: int) -> str:
+        return "drop" if attempt == 1 and zlib.crc32(key.encode()) % 3 == 0 else "pass"
+
+    with running_proxy(service.url, lose_first_answer) as proxy:
+        outcome = score_remote(
+            remote(proxy.url, service.key, concurrency=4), tmp_path / "out.parquet",
+            source=small, budget=60,
+        )  # fmt: skip
+    assert proxy.actions["drop"] > 5  # charged, then answered only by a replay
+    charged = 10_000 - service.balance()
+    assert outcome.exit_code == 3 and 57 < charged <= 60
+    assert outcome.summary.decisions_spent == charged == paid_rows(outcome)
 
 
 def test_a_rerun_counts_replayed_answers_as_paid_before_not_spent_again(tmp_path, service, small):

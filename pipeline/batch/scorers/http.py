@@ -18,8 +18,11 @@ Balance: known only from `decisions_remaining` (and a 402's `balance`). Answers 
 order, so the lowest value seen is the latest. A request is sent only while
 `balance - cost of requests in flight - its cost >= reserve`; when that fails with requests in
 flight, the worker waits for their answers (then the balance is exact) before giving up. An
-answer marked `Idempotent-Replayed` was paid for by an earlier attempt or run: it spends nothing
-from this run's budget, and its `decisions_remaining` (from then) says nothing of the balance now.
+answer marked `Idempotent-Replayed` says nothing of the balance now (its `decisions_remaining`
+is from then). On a request's first attempt it was paid for by an earlier run and spends nothing
+from this run's budget; on a retry it was paid for by an attempt of this run whose answer was
+lost (or, for a request in doubt, possibly by the earlier run: counted as spent, so the budget
+is never overrun).
 
 The API key lives in an `ApiKey`, whose repr and str hide it; it is only ever put in the
 Authorization header, and redirects are never followed, so it never reaches another host.
@@ -439,7 +442,8 @@ class HttpScorer:
                     "command again: the same idempotency key replays it without a new charge",
                 )
             if response.headers.get("idempotent-replayed") == "true":
-                scored[_REPLAYED] = True  # paid for by an earlier run: spends nothing now
+                if attempts == 1 and response.sends == 1:
+                    scored[_REPLAYED] = True  # paid for by an earlier run: spends nothing now
             else:
                 self._saw_balance(body.get("decisions_remaining"))
             return scored

@@ -23,6 +23,7 @@ class Answer:
     status_code: int
     headers: Mapping[str, str]  # lower-case names
     content: bytes
+    sends: int = 1  # more than 1: the transport sent the request again (see RawAnswer)
 
 
 class Sender(Protocol):
@@ -54,7 +55,8 @@ class HttpxSender:
         )
         response = await self._transport.handle_async_request(request)
         await response.aread()
-        return Answer(response.status_code, response.headers, response.content)
+        sends = response.extensions.get("sends", 1)
+        return Answer(response.status_code, response.headers, response.content, sends)
 
 
 class DirectSender:
@@ -84,11 +86,11 @@ class DirectSender:
             len(content),
             content,
         )
-        status, raw, body = await self._transport.send(
+        answer = await self._transport.send(
             self._origin, message, method="POST", replayable=True, timeouts=self._timeouts
         )
-        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in raw}
-        return Answer(status, headers, body)
+        headers = {n.decode("latin-1").lower(): v.decode("latin-1") for n, v in answer.headers}
+        return Answer(answer.status, headers, answer.body, answer.sends)
 
 
 def build_sender(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any
+from typing import Any, NamedTuple
 
 import certifi
 import httpx
@@ -34,7 +34,13 @@ _MAX_LINE = 64 * 1024
 _MAX_HEADERS = 200
 
 Origin = tuple[str, str, int]
-RawAnswer = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, body
+
+
+class RawAnswer(NamedTuple):
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    sends: int = 1  # 2: sent again on a fresh connection (an answer lost, perhaps after a charge)
 
 
 class _Connection:
@@ -95,14 +101,20 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), request.url.raw_path)]
         head += [name + b": " + value + b"\r\n" for name, value in request.headers.raw]
         head.append(b"\r\n")
-        status, headers, body = await self.send(
+        answer = await self.send(
             origin_of(request.url),
             b"".join(head) + content,
             method=request.method,
             replayable="idempotency-key" in request.headers,
             timeouts=timeouts,
         )
-        return httpx.Response(status, headers=headers, content=body, request=request)
+        return httpx.Response(
+            answer.status,
+            headers=answer.headers,
+            content=answer.body,
+            request=request,
+            extensions={"sends": answer.sends},
+        )
 
     async def send(
         self,
@@ -132,7 +144,8 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                     raise failed.error from None
             fresh = await self._connect(origin, timeouts)
             try:
-                return await self._exchange(fresh, origin, message, method, timeouts)
+                answer = await self._exchange(fresh, origin, message, method, timeouts)
+                return answer._replace(sends=2)
             except _NothingReceived as failed:
                 raise failed.error from None
 
@@ -211,7 +224,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                     raise error from exc
                 raise _NothingReceived(error) from exc
             connection.used = True
-            return status, headers, body
+            return RawAnswer(status, headers, body)
         finally:
             if reusable:
                 self._idle.setdefault(origin, []).append(connection)
