@@ -447,3 +447,51 @@ def test_copies_of_a_request_share_its_first_row_even_when_two_fingerprints_shar
     assert keyed["first"].to_list() == [True, True, False, True, False, False]
     shuffled = requests.reverse()  # rows out of file order: grouped on the text, still right
     assert run.distinct_requests(shuffled)["request_id"].to_list() == expected[::-1]
+
+
+def test_stored_answers_come_from_the_file_the_state_names(tmp_path):
+    from pipeline.batch.journal import Journal
+
+    journal = Journal(tmp_path / "j.journal")
+    sent = {"idempotency_key": ["k1", "k2"], "cost": [1, 1]}
+    journal.mark_sent(pl.DataFrame({"fingerprint": ["f1", "f2"], **sent}), "batch-1")
+    journal.record(pl.DataFrame({"fingerprint": ["f1", "f2"], "status": ["scored", "scored"],
+                                 "verdict": ["match", "partial"]}), "batch-1")  # fmt: skip
+    # f1 scored again later (its answer went stale), by a version that wrote more columns
+    journal.mark_sent(pl.DataFrame({"fingerprint": ["f1"], "idempotency_key": ["k1b"],
+                                    "cost": [1]}), "batch-2")  # fmt: skip
+    journal.record(pl.DataFrame({"fingerprint": ["f1"], "status": ["scored"],
+                                 "verdict": ["no_match"], "score": [12]}), "batch-2")  # fmt: skip
+    states = journal.states(pl.Series(["f2", "f1", "f9"]))
+    assert sorted(states.select("fingerprint", "idempotency_key").rows()) == [
+        ("f1", "k1b"),
+        ("f2", "k1" if False else "k2"),
+    ]
+    stored = journal.results(states.select("fingerprint", "result_file")).sort("fingerprint")
+    assert stored.select("fingerprint", "verdict", "score").rows() == [
+        ("f1", "no_match", 12),
+        ("f2", "partial", None),
+    ]
+    first_file = states.filter(pl.col("fingerprint") == "f2")["result_file"]
+    older = journal.results(pl.DataFrame({"fingerprint": ["f1"], "result_file": first_file}))
+    assert older["verdict"].to_list() == ["match"]  # the answer of the file named
+    journal.close()
+
+
+@pytest.mark.parametrize("previous_rows", [[1, 2, 3, 4, 5], [1, 2, 3], [5, 4, 3, 2, 1, 6]])
+def test_changed_verdicts_pair_rows_by_number_however_the_files_differ(previous_rows):
+    from pipeline.batch.run import changed_verdicts
+
+    old = {1: "match", 2: "partial", 3: None, 4: "no_match", 5: "match", 6: "match"}
+    previous = pl.DataFrame({"row_number": previous_rows,
+                             "old_verdict": [old[r] for r in previous_rows]})  # fmt: skip
+
+    class LastRun:
+        def previous_verdicts(self) -> pl.DataFrame:
+            return previous
+
+    results = pl.DataFrame({"row_number": [1, 2, 3, 4], "verdict": ["match", "match", "match",
+                            "partial"]})  # fmt: skip
+    changed = changed_verdicts(results, LastRun())  # type: ignore[arg-type]
+    expected = [(2, "partial", "match"), (4, "no_match", "partial")]
+    assert changed.rows() == [r for r in expected if r[0] in previous_rows]
