@@ -495,3 +495,41 @@ def test_changed_verdicts_pair_rows_by_number_however_the_files_differ(previous_
     changed = changed_verdicts(results, LastRun())  # type: ignore[arg-type]
     expected = [(2, "partial", "match"), (4, "no_match", "partial")]
     assert changed.rows() == [r for r in expected if r[0] in previous_rows]
+
+
+def test_rows_in_doubt_replayed_in_a_run_of_a_changed_file_cost_nothing_in_it(
+    tmp_path, monkeypatch
+):
+    from pipeline.batch.journal import Journal
+
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
+    job = Job(tmp_path)
+    source = tmp_path / "listings.csv"
+    listings = read_table(SAMPLE / "portfolio.csv")
+    listings.write_csv(source)
+    record, recorded = Journal.record, []
+
+    def crash_at_the_third_answers(journal, answers, batch_key):
+        if len(recorded) == 2:
+            raise KeyboardInterrupt  # the third batch charged, its answers never recorded
+        recorded.append(batch_key)
+        record(journal, answers, batch_key)
+
+    monkeypatch.setattr(Journal, "record", crash_at_the_third_answers)
+    assert job.score(source) == 130
+    monkeypatch.setattr(Journal, "record", record)
+    assert job.charged() == 120
+
+    changed = listings.with_columns(  # the last row's price: the file is not the same one
+        pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("5550000"))
+        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+    )  # fmt: skip
+    changed.write_csv(source)
+    assert job.score(source, "--json") == 0
+    spent = job.charged() - 120
+    results = job.results()
+    # The batches in doubt were replayed (paid by the first run): this run's rows add up to
+    # what this run spent, as rows answered from the journal do
+    assert results["decisions_used"].sum() == spent >= DISTINCT_VALID - 120
+    assert results["status"].value_counts().sort("status").rows() == [("rejected", 8),
+                                                                     ("scored", 363)]  # fmt: skip

@@ -182,6 +182,7 @@ def test_a_rerun_counts_replayed_answers_as_paid_before_not_spent_again(tmp_path
     assert second.exit_code == 0 and second.summary.counts_by_status["failed"] == 0
     assert 10_000 - service.balance() == charged  # replayed by the service, not charged
     assert second.summary.decisions_spent == 0  # and not counted as this run's spending
+    assert second.results["decisions_used"].sum() == charged  # resumed: what the job paid
     assert second.summary.balance_after is None  # replays tell the balance of then, not now
 
 

@@ -107,7 +107,7 @@ class Executor:
         handled = triaged.reuse.height
         stop: tuple[str, str] | None = None
         for group in self._doubt_groups(triaged.in_doubt):
-            answers = self._send(group)
+            answers = self._send(group, keep_costs=keep_costs)
             parts.append(answers)
             handled += group.height
             progress(handled, self.budget.spent)
@@ -205,16 +205,23 @@ class Executor:
         )
         return [group for _, group in keyed.group_by("batch_key", maintain_order=True)]
 
-    def _send(self, group: pl.DataFrame, rows_file: str | None = None) -> pl.DataFrame:
+    def _send(
+        self, group: pl.DataFrame, rows_file: str | None = None, *, keep_costs: bool = True
+    ) -> pl.DataFrame:
         """Mark `group` (one batch_key) sent, score it, record the answers. `rows_file`: the
-        group's rows file if it was written ahead."""
+        group's rows file if it was written ahead.
+
+        The journal keeps each scored row at its cost, what its decision was paid whenever
+        it was; the rows returned say what this run spent on them, unless `keep_costs` (a
+        resumed run: the output counts what the whole job paid)."""
         batch_key = group["batch_key"][0]
         if self.journal is not None:
             self.journal.mark_sent(group, batch_key, rows_file)
         answers = _with_fingerprint(self.scorer.score(group, budget=self.budget), group)
+        paid = _at_cost(answers, group)
         if self.journal is not None:
-            self.journal.record(answers, batch_key)
-        return answers
+            self.journal.record(paid, batch_key)
+        return paid if keep_costs else answers
 
     def _reused(self, reuse: pl.DataFrame, keep_costs: bool) -> pl.DataFrame:
         if reuse.is_empty() or self.journal is None:
@@ -256,6 +263,20 @@ def _with_fingerprint(answers: pl.DataFrame, group: pl.DataFrame) -> pl.DataFram
         on="request_id",
         how="left",
         maintain_order="left",
+    )
+
+
+def _at_cost(answers: pl.DataFrame, group: pl.DataFrame) -> pl.DataFrame:
+    """`answers` with every scored row at its cost, those replayed from an earlier run's charge
+    (which spent nothing now) included."""
+    replayed = (pl.col("status") == "scored") & (pl.col("decisions_used") == 0)
+    if not answers.select(replayed.any()).item():
+        return answers
+    costs = group.select("request_id", _cost="cost")
+    return (
+        answers.join(costs, on="request_id", how="left", maintain_order="left")
+        .with_columns(decisions_used=pl.when(replayed).then("_cost").otherwise("decisions_used"))
+        .drop("_cost")
     )
 
 

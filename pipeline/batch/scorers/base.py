@@ -5,9 +5,10 @@ A scorer takes a frame of valid, distinct requests: the request columns of
 `fingerprint`, `idempotency_key` (per request, kept by the journal across runs) and `batch_key`
 (the group the journal marked sent together; a scorer that charges per group uses it as the
 group's idempotency key). It returns one row per request in OUTPUT_SCHEMA: `request_id`,
-`status` and the result columns it could fill. It spends decisions only through the `Budget`
-it is given, and stops sending once the budget or the balance is out: the rows it did not send
-come back `skipped` with the reason.
+`status` and the result columns it could fill, `decisions_used` being what the row spent now
+(0 for an answer replayed from a charge made by an earlier run). It spends decisions only
+through the `Budget` it is given, and stops sending once the budget or the balance is out: the
+rows it did not send come back `skipped` with the reason.
 """
 
 from __future__ import annotations

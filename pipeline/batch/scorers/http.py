@@ -348,7 +348,9 @@ class HttpScorer:
         spent = 0
         try:
             answer = await self._send(row)
-            if isinstance(answer, dict) and not answer.pop(_REPLAYED, False):
+            if isinstance(answer, dict):
+                if answer.pop(_REPLAYED, False):
+                    answer["decisions_used"] = 0  # paid by an earlier run (see Scorer)
                 spent = answer.get("decisions_used") or 0
             return answer
         finally:

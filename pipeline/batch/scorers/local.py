@@ -90,7 +90,7 @@ class LocalScorer:
             # crash being resent in another order or with fewer rows (the file changed since):
             # those rows were paid for with the rest. Score them; charge nothing.
             budget.settle(cost, 0)
-            return self._evaluate(group)
+            return _paid_before(self._evaluate(group))
         budget.settle(cost, 0 if charge.replayed else charge.cost)
         try:
             scored = self._evaluate(group)
@@ -99,7 +99,7 @@ class LocalScorer:
                 self.ledger.refund(charge.entry_id, "the engine failed on this batch")
             raise
         self.ledger.complete(self.workspace, batch_key, None)
-        return scored
+        return _paid_before(scored) if charge.replayed else scored
 
     @contextmanager
     def scoring_ahead(self, requests: pl.DataFrame) -> Iterator[None]:
@@ -166,6 +166,11 @@ def _taken(scored: pl.DataFrame, positions: pl.Series) -> pl.DataFrame:
     if positions.equals(run, check_names=False):
         return scored.slice(first, positions.len())
     return scored[positions]
+
+
+def _paid_before(scored: pl.DataFrame) -> pl.DataFrame:
+    """A batch replayed from an earlier run's charge: nothing spent now (see Scorer)."""
+    return scored.with_columns(decisions_used=pl.lit(0, pl.Int64))
 
 
 def _engine_rows(engine: Engine, requests: pl.DataFrame) -> pl.DataFrame:
