@@ -164,13 +164,13 @@ class Journal:
         if not batches:
             return pl.DataFrame(schema=STATE_SCHEMA)
         sent = pl.Series([state != "done" for _, state, *_ in batches])
-        rows = self._scan_each([rows_file for _, _, rows_file, _, _ in batches]).select(
-            "fingerprint", "idempotency_key", "_order"
+        rows = self._scan_each(
+            [rows_file for _, _, rows_file, _, _ in batches], ["fingerprint", "idempotency_key"]
         )
         rows = rows.with_columns(_sent=sent.gather(rows["_order"]))
         answered_in = [answers for _, _, _, answers, _ in batches]
-        answers = self._scan_each(answered_in)
-        rows = _beside(rows, answers.select("fingerprint", "status", "scored_at", "_order"))
+        answers = self._scan_each(answered_in, ["fingerprint", *_ANSWERED_SCHEMA])
+        rows = _beside(rows, answers)
         answered = pl.col("status").is_not_null() & (pl.col("status") != "skipped")
         known = rows.filter(pl.col("_sent") | answered)
         known = known.join(fingerprints.to_frame("fingerprint"), on="fingerprint", how="semi")
@@ -193,25 +193,29 @@ class Journal:
             pl.col(c).cast(t) if c != "state" else state.alias(c) for c, t in STATE_SCHEMA.items()
         )
 
-    def _scan_each(self, names: list[str | None]) -> pl.DataFrame:
+    def _scan_each(self, names: list[str | None], columns: list[str] | None = None) -> pl.DataFrame:
         """The Parquet files `names` (None: no file) read in one scan, in order, each row with
-        `_order`, the position of its file in `names` (a scan per file took five times as long)."""
+        `_order`, the position of its file in `names` (a scan per file took five times as long).
+        `columns`: those only (default: all)."""
         files = [(order, name) for order, name in enumerate(names) if name is not None]
         if not files:
             return pl.DataFrame(schema={**_ROWS_SCHEMA, **_ANSWERED_SCHEMA, "_order": pl.UInt32()})
         paths = [str(self.files / name) for _, name in files]
+        wanted = pl.all() if columns is None else pl.col(columns)
         try:
             scanned = (
                 pl.scan_parquet(paths, include_file_paths="_path")
-                .with_columns(_file=pl.col("_path").cast(pl.Enum(paths)).to_physical())
-                .drop("_path")
+                .select(wanted, _file=pl.col("_path").cast(pl.Enum(paths)).to_physical())
                 .collect()
             )
         except pl.exceptions.PolarsError:  # files of other columns (written by another version)
             scans = [
                 pl.scan_parquet(path).with_columns(_file=pl.lit(i)) for i, path in enumerate(paths)
             ]
-            scanned = pl.concat(scans, how="diagonal_relaxed").collect()
+            scanned = (
+                pl.concat(scans, how="diagonal_relaxed").select(wanted.exclude("_file"), "_file")
+                .collect()
+            )  # fmt: skip
         orders = pl.Series([order for order, _ in files], dtype=pl.UInt32)
         return scanned.with_columns(_order=orders.gather(scanned["_file"])).drop("_file")
 
