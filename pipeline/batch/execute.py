@@ -53,8 +53,11 @@ def triage(
     if journal is None:
         empty = requests.clear()
         return Triage(empty, empty, requests.with_columns(_no_state()))
-    states = journal.states(requests["fingerprint"])
-    joined = requests.join(states, on="fingerprint", how="left", maintain_order="left")
+    joined = requests.with_columns(journal.states(requests["fingerprint"]).drop("fingerprint"))
+    # One chunk per column: filtered below, columns of several chunks (the streamed fingerprints)
+    # made polars 2.1 panic in pl.format on the `new` rows of a resumed run (index out of
+    # bounds in a string view). A join, as before, left them whole; a rechunk costs 0.03 s.
+    joined = joined.rechunk()
     fresh_after = now - freshness_days * SECONDS_PER_DAY
     done = (pl.col("state") == "done") & (pl.col("scored_at") >= fresh_after)
     doubt = pl.col("state").is_in(["sent", "failed"])
@@ -228,8 +231,7 @@ class Executor:
             return _empty()
         stored = self.journal.results(reuse.select("fingerprint", "result_file"))
         self.oldest_reused = min(self.oldest_reused, float(stored["scored_at"].min()))
-        ids = reuse.select("fingerprint", "request_id")
-        answers = ids.join(stored.drop("request_id", strict=False), on="fingerprint", how="left")
+        answers = stored.with_columns(reuse["request_id"])  # this run's ids, not the stored ones
         if not keep_costs:
             answers = answers.with_columns(decisions_used=pl.lit(0, pl.Int64))
         return answers.select(*OUTPUT_SCHEMA, "fingerprint")
