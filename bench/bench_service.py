@@ -9,6 +9,7 @@ two cores. Both endpoints are measured in the same run; compare the ratio, not a
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import socket
@@ -115,6 +116,16 @@ def _serve(db: str, port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, access_log=False, log_level="warning")
 
 
+def _loop_name() -> str:
+    """What uvicorn's `loop="auto"` runs on here (uvloop only if installed)."""
+    return "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+
+
+def _http_name() -> str:
+    """What uvicorn's `http="auto"` parses with here (httptools only if installed)."""
+    return "httptools" if importlib.util.find_spec("httptools") else "h11"
+
+
 def _prepare(db: Path) -> str:
     from pipeline.ledger.accounts import SqliteAccounts
     from pipeline.ledger.sqlite import SqliteLedger
@@ -152,7 +163,8 @@ def run() -> None:
             _wait_for(port, server)
             print(f"service: POST /v1/decisions (scoring only) vs POST {BARE_PATH} (fixed JSON)")
             print(f"{SECONDS:.0f} s per cell after {WARMUP_S} s warm-up; client and server share")
-            print(f"the machine ({os.cpu_count()} cores); median of {TRIALS} alternated runs.\n")
+            print(f"the machine ({os.cpu_count()} cores); median of {TRIALS} alternated runs.")
+            print(f"uvicorn's event loop: {_loop_name()}, HTTP parser: {_http_name()}.\n")
             header = (
                 f"{'conc':>4}  {'decisions/s':>11} {'p50 ms':>7} {'p99 ms':>7}  "
                 f"{'bare/s':>8} {'p50 ms':>7} {'p99 ms':>7}  {'ratio':>6} {'(range)':>9}"
