@@ -254,6 +254,10 @@ def test_compaction_keeps_every_fresh_answer(tmp_path, monkeypatch):
     assert job.score(SAMPLE / "portfolio.csv") == 0  # finishes, compacts
     files = sorted(p.name for p in Path(job.journal).with_suffix(".results").glob("*.parquet"))
     assert len(files) == 5 and sum(".answers." in f for f in files) == 1
+    (rows_file,) = Path(job.journal).with_suffix(".results").glob("*.rows.parquet")
+    (answers_file,) = Path(job.journal).with_suffix(".results").glob("*.answers.parquet")
+    fingerprints = pl.read_parquet(rows_file)["fingerprint"]  # in one order: read unjoined
+    assert fingerprints.equals(pl.read_parquet(answers_file)["fingerprint"])
     first = job.results()
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID

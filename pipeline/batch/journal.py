@@ -336,12 +336,15 @@ class Journal:
             .unique("fingerprint", keep="last", maintain_order=True)
             .drop("_order")
         )
-        kept_rows = (
+        latest_rows = (
             pl.concat(rows, how="diagonal_relaxed")
             .sort("_order")
             .unique("fingerprint", keep="last", maintain_order=True)
-            .join(kept.select("fingerprint"), on="fingerprint", how="semi")
             .drop("_order")
+        )
+        # In the order of the answers file, so `states` puts the two side by side, unjoined
+        kept_rows = kept.select("fingerprint").join(
+            latest_rows, on="fingerprint", how="inner", maintain_order="left"
         )
         key = f"compacted-{uuid.uuid4().hex[:12]}"
         rows_file = self._write(kept_rows, f"{key}.rows.parquet")
