@@ -257,15 +257,17 @@ class _Ahead:
             journal.discard_rows(self.written.result())
 
 
-def _with_fingerprint(answers: pl.DataFrame, group: pl.DataFrame) -> pl.DataFrame:
+def _of_group(answers: pl.DataFrame, group: pl.DataFrame, column: str) -> pl.Series:
+    """`group`'s `column` for each row of `answers`, matched on request_id."""
     if answers["request_id"].equals(group["request_id"]):  # in the same order: no join
-        return answers.with_columns(group["fingerprint"])
-    return answers.join(
-        group.select("request_id", "fingerprint"),
-        on="request_id",
-        how="left",
-        maintain_order="left",
-    )
+        return group[column]
+    return answers.select("request_id").join(
+        group.select("request_id", column), on="request_id", how="left", maintain_order="left"
+    )[column]
+
+
+def _with_fingerprint(answers: pl.DataFrame, group: pl.DataFrame) -> pl.DataFrame:
+    return answers.with_columns(_of_group(answers, group, "fingerprint"))
 
 
 def _at_cost(answers: pl.DataFrame, group: pl.DataFrame) -> pl.DataFrame:
@@ -274,11 +276,9 @@ def _at_cost(answers: pl.DataFrame, group: pl.DataFrame) -> pl.DataFrame:
     replayed = (pl.col("status") == "scored") & (pl.col("decisions_used") == 0)
     if not answers.select(replayed.any()).item():
         return answers
-    costs = group.select("request_id", _cost="cost")
-    return (
-        answers.join(costs, on="request_id", how="left", maintain_order="left")
-        .with_columns(decisions_used=pl.when(replayed).then("_cost").otherwise("decisions_used"))
-        .drop("_cost")
+    cost = _of_group(answers, group, "cost")
+    return answers.with_columns(
+        decisions_used=pl.when(replayed).then(cost).otherwise("decisions_used")
     )
 
 

@@ -175,7 +175,7 @@ class Journal:
         rows = _beside(rows, answers)
         answered = pl.col("status").is_not_null() & (pl.col("status") != "skipped")
         known = rows.filter(pl.col("_sent") | answered)
-        if known["fingerprint"].hash().n_unique() < known.height:  # in more than one batch
+        if not _each_once(known["fingerprint"]):  # in more than one batch
             known = known.unique("fingerprint", keep="last", maintain_order=True)  # in _order
         by_order = pl.DataFrame(
             {
@@ -233,7 +233,7 @@ class Journal:
         names = done["result_file"].unique(maintain_order=True).to_list()
         stored = self._scan_each(names)
         asked = done.select("fingerprint")
-        if stored["fingerprint"].hash().n_unique() == stored.height:
+        if _each_once(stored["fingerprint"]):
             return asked.join(stored.drop("_order"), on="fingerprint", how="left",
                               maintain_order="left")  # fmt: skip
         asked = asked.with_columns(
@@ -437,6 +437,12 @@ def job_lock(journal_file: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _each_once(fingerprints: pl.Series) -> bool:
+    """No fingerprint twice: as many distinct 64-bit hashes as rows (a tenth of the time of
+    counting the texts; a shared hash only sends the caller down its exact path)."""
+    return fingerprints.hash().n_unique() == fingerprints.len()
 
 
 def _beside(rows: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
