@@ -6,6 +6,7 @@
     │   │   └── MissingColumnError a required column maps to no header
     │   └── TooManyRowsError       the output format cannot hold the rows
     ├── RequestValidationError     a decision request breaks a rule (spec: validation_error)
+    │   └── InvalidJson            the body does not parse as JSON (DESIGN.md: invalid_json)
     ├── LedgerError                the decision balance refused an operation
     │   ├── InsufficientDecisions  balance lower than the cost (spec: insufficient_decisions)
     │   ├── UnknownWorkspace
@@ -61,6 +62,18 @@ class RequestValidationError(PipelineError):
 
     def body(self) -> dict[str, object]:
         return {"error": self.code, "message": self.message, "field": self.field}
+
+
+class InvalidJson(RequestValidationError):
+    """The body is not JSON (undecodable, truncated, nested too deep): the service's 400."""
+
+    code = "invalid_json"
+
+    def __init__(self, message: str) -> None:
+        super().__init__("body", message)
+
+    def body(self) -> dict[str, object]:
+        return {"error": self.code, "message": self.message}
 
 
 class LedgerError(PipelineError):

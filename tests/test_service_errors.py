@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from json import dumps as json_of
 from pathlib import Path
 
 import httpx
@@ -99,6 +100,56 @@ def test_validation_error_names_the_field(service: Service) -> None:
 def test_malformed_json(service: Service, content: bytes) -> None:
     response = service.post(content=content, headers={"Content-Type": "application/json"})
     assert_error(response, 400, "invalid_json")
+
+
+@pytest.mark.parametrize("depth", [600, 1000, 5000])
+def test_json_nested_too_deep_is_invalid_json_and_the_connection_lives_on(
+    service: Service, depth: int
+) -> None:
+    nested = b"[" * depth + b"]" * depth
+    response = service.post(content=nested, headers={"Content-Type": "application/json"})
+    assert_error(response, 400, "invalid_json")
+    assert service.post(body()).status_code == 200  # the same keep-alive connection
+    assert service.balance() == 99
+
+
+def test_json_undecodable_is_invalid_json(service: Service) -> None:
+    for content in (b'{"a": "\\ud800"}', json_of(body()).encode("utf-16")):
+        response = service.post(content=content, headers={"Content-Type": "application/json"})
+        assert_error(response, 400, "invalid_json")
+    assert service.balance() == 100
+
+
+def test_a_byte_order_mark_before_the_json_is_ignored(service: Service) -> None:
+    content = b"\xef\xbb\xbf" + json_of(body()).encode()
+    response = service.post(content=content, headers={"Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+
+
+def test_a_number_too_large_for_a_float_names_its_field(service: Service) -> None:
+    content = json_of(body()).replace("900000", "9" * 400).encode()
+    response = service.post(content=content, headers={"Content-Type": "application/json"})
+    assert assert_error(response, 422, "validation_error")["field"] == "property.price"
+
+
+def test_a_trailing_slash_is_an_unknown_path_not_a_redirect(service: Service) -> None:
+    response = service.client.post(
+        f"{service.url}/v1/decisions/",
+        json=body(),
+        headers={"Authorization": f"Bearer {service.key}", "Host": "elsewhere.example"},
+    )
+    assert_error(response, 404, "not_found")
+    assert "location" not in response.headers
+    assert service.balance() == 100
+
+
+def test_two_authorization_headers_are_refused(service: Service) -> None:
+    other = service.accounts.create_key("acme-broker").key
+    headers = [("Authorization", f"Bearer {service.key}"), ("Authorization", f"Bearer {other}")]
+    response = service.client.post(f"{service.url}/v1/decisions", json=body(), headers=headers)
+    payload = assert_error(response, 401, "invalid_api_key")
+    assert "one Authorization header" in str(payload["message"])
+    assert service.balance() == 100
 
 
 @pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from pipeline.engine.models import DecisionRequest
 from pipeline.engine.rules import first_violation
 from pipeline.engine.schema import REQUEST_SCHEMA
-from pipeline.errors import RequestValidationError
+from pipeline.errors import InvalidJson, RequestValidationError
 
 _TYPE_WORDS = {
     "float_type": "a number",
@@ -23,11 +23,20 @@ _TYPE_WORDS = {
 }
 
 
+_BOM = "\ufeff"
+
+
 def parse_request(body: bytes | str | dict[str, Any]) -> DecisionRequest:
-    """Parse a request body; structural and JSON-type errors become RequestValidationError."""
+    """Parse a request body; structural and JSON-type errors become RequestValidationError, a
+    body that is not JSON InvalidJson. A leading UTF-8 byte-order mark is ignored (RFC 8259
+    allows a parser to)."""
     try:
         if isinstance(body, dict):
             return DecisionRequest.model_validate(body)
+        if isinstance(body, bytes) and body.startswith(_BOM.encode()):
+            body = body[len(_BOM.encode()) :]
+        elif isinstance(body, str) and body.startswith(_BOM):
+            body = body[len(_BOM) :]
         return DecisionRequest.model_validate_json(body)
     except ValidationError as exc:
         raise _translate(exc) from None
@@ -42,7 +51,7 @@ def _translate(exc: ValidationError) -> RequestValidationError:
     if kind in _TYPE_WORDS:
         return RequestValidationError(path, f"{path} must be {_TYPE_WORDS[kind]}")
     if kind == "json_invalid":
-        return RequestValidationError("body", f"the request body is not valid JSON: {error['msg']}")
+        return InvalidJson(f"the request body is not valid JSON: {error['msg']}")
     return RequestValidationError(path, f"{path}: {error['msg']}")
 
 

@@ -64,6 +64,7 @@ def create_app(
         version="1.0.0",
         description="Scored verdicts on properties, paid from a workspace's decision balance.",
         redoc_url=None,
+        redirect_slashes=False,  # /v1/decisions/ is an unknown path (404), not a redirect
     )
 
     @app.post(
@@ -75,7 +76,9 @@ def create_app(
     )
     async def create_decision(request: Request) -> Response:
         incoming = Incoming(
-            authorization=request.headers.get("authorization"),
+            # Repeated headers combine as one comma-separated value (RFC 9110), which no key
+            # matches: a request must not pick whichever of two keys comes first.
+            authorization=", ".join(request.headers.getlist("authorization")) or None,
             content_type=request.headers.get("content-type"),
             body=await read_body(request, max_body_bytes),
             idempotency_key=request.headers.get("idempotency-key"),

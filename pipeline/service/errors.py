@@ -2,13 +2,14 @@
 
     PipelineError subclass        status  error
     InvalidApiKey                 401     invalid_api_key (+ WWW-Authenticate: Bearer)
+    InvalidJson                   400     invalid_json
     RequestValidationError        422     validation_error (+ field)
     InsufficientDecisions         402     insufficient_decisions (+ required, balance)
     IdempotencyKeyReused          422     idempotency_key_reused
     RequestInProgress             409     request_in_progress (+ Retry-After)
     anything else                 500     internal_error (no detail, no traceback)
 
-Errors found by the HTTP layer itself (400 invalid_json, 400 invalid_idempotency_key,
+Errors found by the HTTP layer itself (400 invalid_idempotency_key,
 413 payload_too_large, 415 unsupported_media_type, 404 not_found, 405 method_not_allowed) are
 raised as ApiError directly.
 """
@@ -22,6 +23,7 @@ from starlette.responses import Response
 from pipeline.errors import (
     IdempotencyKeyReused,
     InsufficientDecisions,
+    InvalidJson,
     PipelineError,
     RequestInProgress,
     RequestValidationError,
@@ -57,6 +59,7 @@ class ApiError(Exception):
 
 _STATUS: tuple[tuple[type[PipelineError], int], ...] = (
     (InvalidApiKey, 401),
+    (InvalidJson, 400),
     (RequestValidationError, 422),
     (InsufficientDecisions, 402),
     (IdempotencyKeyReused, 422),

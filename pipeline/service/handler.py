@@ -9,13 +9,12 @@ evaluation.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipeline.decisions import Decision
-from pipeline.errors import PipelineError, RequestValidationError
+from pipeline.errors import PipelineError
 from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey
 from pipeline.service.errors import ApiError, internal_error, translate
 
@@ -55,6 +54,8 @@ def bearer_token(authorization: str | None) -> str:
     scheme, _, token = authorization.strip().partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise InvalidApiKey("the Authorization header must be: Bearer sk-...")
+    if "," in token:
+        raise InvalidApiKey("send one API key, in one Authorization header")
     return token.strip()  # its format and checksum: AccountStore.authenticate
 
 
@@ -79,14 +80,6 @@ def check_idempotency_key(value: str | None) -> str | None:
             "characters, for example a UUID",
         )
     return value
-
-
-def _is_json(body: bytes) -> bool:
-    try:
-        json.loads(body)
-    except ValueError:
-        return False
-    return True
 
 
 class DecisionHandler:
@@ -144,10 +137,6 @@ class DecisionHandler:
                 key_prefix=caller.key_prefix,
                 commit_inline=alone,
             )
-        except RequestValidationError as exc:
-            if exc.field == "body" and not _is_json(body):
-                raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
-            raise
         except PipelineError:
             raise
         except Exception:
