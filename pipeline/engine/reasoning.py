@@ -19,6 +19,13 @@ FAR_BELOW_MARKET = 0.6  # price per m2 under 60% of the 25th percentile
 OLD_BUILDING_YEARS = 25
 
 _VERDICT_AR = {"match": "مناسب", "partial": "مناسب جزئياً", "no_match": "غير مناسب"}
+_TYPE_EN = {  # "for ..."
+    "apartment": "an apartment",
+    "villa": "a villa",
+    "land": "land",
+    "commercial": "a commercial property",
+    "office": "an office",
+}
 _TYPE_AR = {
     "apartment": "الشقة",
     "villa": "الفيلا",
@@ -150,9 +157,10 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     all_deeds = row["benchmark_median_sqm"]
     en = (
         f"The asking price of {_sar(ppsqm)} SAR per m2 is {abs(diff):.0f}% {side_en} the median "
-        f"of {_sar(median)} SAR/m2 for a {kind} in {_place(row)}, {band_en}. That median is the "
-        f"area's median over all {count:,} deeds of {year} ({_sar(all_deeds)} SAR/m2) times "
-        f"{factor:.2f}, the price level of {kind} sales against all sales there."
+        f"of {_sar(median)} SAR/m2 for {_TYPE_EN[kind]} in {_place(row)}, {band_en}. That "
+        f"median is the area's median over all {count:,} deeds of {year} "
+        f"({_sar(all_deeds)} SAR/m2) times {factor:.2f}, the price level of {kind} sales "
+        "against all sales there."
     )
     ar = (
         f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {side_ar} بنسبة {abs(diff):.0f}% من الوسيط "
