@@ -188,3 +188,19 @@ def test_a_missing_input_file_is_a_usage_error(tmp_path, db, capsys):
     assert score(db, str(tmp_path / "nope.csv"), "-o", str(tmp_path / "x.csv")) == 2
     assert capsys.readouterr().err.strip().endswith("nope.csv: no such file")
     assert balance(db) == 5000
+
+
+def test_a_scored_file_scored_again_twice_keeps_every_column(tmp_path, db):
+    source = tmp_path / "in.csv"
+    source.write_text("City,Type,Price,Area\nRiyadh,villa,3000000,400\nJeddah,apartment,0,90\n")
+    first, second, third = (tmp_path / f"g{n}.csv" for n in (1, 2, 3))
+    assert score(db, str(source), "-o", str(first)) == 0
+    assert score(db, str(first), "-o", str(second)) == 0
+    assert score(db, str(second), "-o", str(third)) == 0
+
+    frame = pl.read_csv(third, infer_schema=False)
+    assert frame["status (input)"].to_list() == ["scored", "rejected"]  # from g1, via g2
+    assert frame["status (input 2)"].to_list() == ["scored", "rejected"]  # g2's own
+    assert frame["status"].to_list() == ["scored", "rejected"]
+    assert len(set(frame.columns)) == len(frame.columns)
+    assert balance(db) == 5000 - 3  # the valid listing, once per file (each its own job)

@@ -232,10 +232,25 @@ def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> p
         error_field=pl.coalesce(pl.lit(problems["error_field"]), "error_field"),
         error_message=pl.coalesce(pl.lit(problems["error_message"]), "error_message"),
     ).select(pl.col(c).cast(t) for c, t in RESULT_SCHEMA.items())
-    original = prepared.raw.rename(
-        {c: c + INPUT_SUFFIX for c in prepared.raw.columns if c in RESULT_COLUMNS}
-    )
+    original = prepared.raw.rename(clash_free_names(prepared.raw.columns))
     return pl.concat([original, result], how="horizontal")
+
+
+def clash_free_names(columns: list[str]) -> dict[str, str]:
+    """New names for the input columns named like a result column: `status (input)`, or
+    `status (input 2)` when the file has that too (a scored file scored again, twice)."""
+    taken = set(columns) | set(RESULT_COLUMNS)
+    renames: dict[str, str] = {}
+    for column in columns:
+        if column not in RESULT_COLUMNS:
+            continue
+        name, number = column + INPUT_SUFFIX, 1
+        while name in taken:
+            number += 1
+            name = f"{column}{INPUT_SUFFIX[:-1]} {number})"
+        taken.add(name)
+        renames[column] = name
+    return renames
 
 
 def rejects_table(prepared: Prepared) -> pl.DataFrame:
