@@ -204,3 +204,33 @@ def test_a_scored_file_scored_again_twice_keeps_every_column(tmp_path, db):
     assert frame["status"].to_list() == ["scored", "rejected"]
     assert len(set(frame.columns)) == len(frame.columns)
     assert balance(db) == 5000 - 3  # the valid listing, once per file (each its own job)
+
+
+def test_sheet_digits_name_a_sheet_before_a_position(tmp_path, db):
+    import xlsxwriter
+
+    source = tmp_path / "numbered.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    for name, city in (("1", "Riyadh"), ("2", "Jeddah"), ("3", "Dammam")):
+        sheet = workbook.add_worksheet(name)
+        sheet.write_row(0, 0, ["City", "Type", "Price", "Area"])
+        sheet.write_row(1, 0, [city, "villa", 3000000, 400])
+    workbook.close()
+    for sheet, city in (("1", "Riyadh"), ("3", "Dammam")):
+        out = tmp_path / f"sheet-{sheet}.parquet"
+        assert score(db, str(source), "--sheet", sheet, "-o", str(out)) == 0
+        assert pl.read_parquet(out)["City"].to_list() == [city]
+
+
+def test_an_output_that_is_the_input_is_refused_before_any_charge(tmp_path, db, capsys):
+    source = tmp_path / "in.csv"
+    text = "City,Type,Price,Area\nRiyadh,villa,3000000,400\n"
+    source.write_text(text)
+    other_spelling = tmp_path / "sub" / ".." / "in.csv"
+    (tmp_path / "sub").mkdir()
+    for output in (source, other_spelling):
+        assert score(db, str(source), "-o", str(tmp_path / "ok.xlsx"), "-o", str(output)) == 2
+        assert "is the input file" in capsys.readouterr().err
+    assert source.read_text() == text
+    assert balance(db) == 5000
+    assert not (tmp_path / "ok.xlsx").exists()

@@ -121,7 +121,7 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         budget=args.budget,
         priority=args.priority,
         encoding=args.encoding,
-        sheet=int(args.sheet) if args.sheet and args.sheet.isdigit() else args.sheet,
+        sheet=args.sheet,  # digits name a sheet first, a position only if no sheet has that name
         csv_bom=not args.no_bom,
     )
     remote = remote_scorer_from_args(args, settings)

@@ -456,6 +456,13 @@ def changed_verdicts(results: pl.DataFrame, journal: Journal | None) -> pl.DataF
     )
 
 
+def _same_file(output: Path, source: Path) -> bool:
+    """True if writing `output` would replace `source` (another spelling, a link)."""
+    if output.exists():
+        return output.samefile(source)
+    return output.resolve() == source.resolve()
+
+
 def run_batch(
     options: BatchOptions,
     scorer: Scorer,
@@ -471,6 +478,12 @@ def run_batch(
     for output in options.outputs:
         check_output_capacity(output, 0)  # unknown extensions fail before any reading
     check_input(options.input)  # a missing or mislabelled file stops here, before anything else
+    for output in options.outputs:
+        if _same_file(output, options.input):
+            raise UsageError(
+                f"{output}: is the input file, which scoring would overwrite; "
+                "choose another output (-o)"
+            )
     fingerprint = file_fingerprint(options.input)
     key = f"{fingerprint}:{_options_key(options, scorer)}"
     if journal is not None and not dry_run:
