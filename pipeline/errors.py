@@ -36,13 +36,16 @@ class InputError(UsageError):
 
 
 class MissingColumnError(InputError):
-    def __init__(self, path: str, field: str, aliases: list[str], headers: list[str]) -> None:
+    def __init__(
+        self, path: str, field: str, aliases: list[str], headers: list[str], note: str = ""
+    ) -> None:
         self.field = field
         self.aliases = aliases
         super().__init__(
             f"{path}: no column for required field '{field}'; tried headers "
             f"{', '.join(repr(a) for a in aliases)}; the file has "
             f"{', '.join(repr(h) for h in headers)}. Rename a column or map it with --config."
+            + note
         )
 
 

@@ -183,3 +183,44 @@ def test_bad_config_is_a_usage_error(tmp_path: Path, text: str, message: str) ->
 def test_config_file_not_found(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="configuration file not found"):
         load_column_config(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize(
+    ("header", "field"),
+    [
+        ("Price (thousand SAR)", "price"),
+        ("Price (USD)", "price"),
+        ("Price ($)", "price"),
+        ("Price (M SAR)", "price"),
+        ("السعر (بالمليون)", "price"),
+        ("السعر (ألف ريال)", "price"),
+        ("Area (sq ft)", "area"),
+        ("Area (acres)", "area"),
+        ("المساحة (دونم)", "area"),
+        ("Size (ft²)", "area"),
+    ],
+)
+def test_a_header_in_another_unit_is_not_taken(header: str, field: str) -> None:
+    others = {"price": "Price", "area": "Area", "type": "type", "city": "city"}
+    headers = [header, *(h for f, h in others.items() if f != field)]
+    with pytest.raises(MissingColumnError) as excinfo:
+        map_columns(headers, CONFIG, source="x.csv")
+    assert excinfo.value.field == field
+    assert f"Header {header!r} is not taken for '{field}'" in str(excinfo.value)
+
+
+def test_headers_in_the_fields_own_units_or_with_notes_still_match() -> None:
+    mapped = map_columns(
+        ["Price (SAR)", "المساحة (م²)", "Age (years)", "Type (villa, flat...)", "City"],
+        CONFIG,
+        source="x.csv",
+    )
+    assert mapped.fields["price"] == "Price (SAR)"
+    assert mapped.fields["area"] == "المساحة (م²)"
+    assert mapped.fields["age"] == "Age (years)"
+    assert mapped.fields["type"] == "Type (villa, flat...)"
+
+
+def test_age_in_months_is_not_taken_for_age() -> None:
+    mapped = map_columns(["Price", "Area", "type", "city", "Age (months)"], CONFIG, source="x")
+    assert mapped.fields["age"] is None

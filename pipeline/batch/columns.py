@@ -74,6 +74,36 @@ _TRAILING_UNIT = {
 }
 # A header that speaks of a rate ("price per m2", "السعر لكل متر") is never matched loosely.
 _RATE = re.compile(r"/|\bper\b|لكل|للمتر")
+# A bracketed part naming another unit or scale than the field's ("Price (thousand SAR)",
+# "Area (sq ft)", "Age (months)") keeps the header from matching loosely: scored as SAR, m2 or
+# years its values would be wrong by a factor. Words after header_key (alef forms unified).
+_OTHER_UNITS: dict[str, tuple[str, ...]] = {
+    "price": (
+        "usd", "us", "dollar", "dollars", "eur", "euro", "euros", "gbp", "aed", "dirham",
+        "thousand", "thousands", "k", "000", "m", "mn", "mm", "mil", "million", "millions",
+        "bn", "billion", "الف", "بالالف", "الاف", "بالاف", "مليون", "بالمليون", "ملايين",
+        "دولار", "بالدولار", "درهم",
+    ),
+    "area": (
+        "ft", "ft2", "feet", "foot", "sqft", "sq ft", "square feet", "square foot", "acre",
+        "acres", "ha", "hectare", "hectares", "dunam", "dunum", "donum", "km", "km2",
+        "دونم", "هكتار", "فدان", "قدم", "كم", "كم2",
+    ),
+    "age": ("month", "months", "mo", "days", "day", "شهر", "اشهر", "بالاشهر", "يوم", "ايام"),
+}  # fmt: skip
+_CURRENCY_SIGNS = re.compile("[$€£]")
+
+
+def other_unit(header: str, name: str) -> str | None:
+    """The bracketed part of ``header`` that names another unit than field ``name``'s, if any."""
+    words = _OTHER_UNITS.get(name, ())
+    for part in _BRACKETED.findall(header):
+        key = f" {header_key(part)} "
+        if (name == "price" and _CURRENCY_SIGNS.search(part)) or any(
+            f" {word} " in key for word in words
+        ):
+            return part
+    return None
 
 
 def header_key(header: str) -> str:
@@ -93,9 +123,10 @@ def header_key(header: str) -> str:
 def loose_header_key(header: str, name: str) -> str | None:
     """:func:`header_key` without bracketed parts and trailing unit words of field ``name``.
 
-    None when the header names a rate ("per", "/", "لكل"), which must match an alias exactly.
+    None when the header names a rate ("per", "/", "لكل") or, in brackets, another unit than
+    the field's (:func:`other_unit`): those must match an alias exactly.
     """
-    if _RATE.search(header_key(header)) or "/" in header:
+    if _RATE.search(header_key(header)) or "/" in header or other_unit(header, name):
         return None
     key = header_key(_BRACKETED.sub(" ", header))
     trailing = _TRAILING_UNIT.get(name)
@@ -168,7 +199,11 @@ def map_columns(headers: list[str], config: ColumnConfig, *, source: str) -> Col
     for header in headers:
         if header in claimed:
             continue
-        matched = by_key.get(header_key(header)) or _loose_match(header, by_key)
+        matched = by_key.get(header_key(header))
+        if matched is not None and other_unit(header, matched):
+            matched = None  # "Price ($)": its key is "price", its unit not SAR
+        else:
+            matched = matched or _loose_match(header, by_key)
         if matched is not None and matched not in config.explicit:
             candidates.setdefault(matched, []).append(header)
 
@@ -183,8 +218,30 @@ def map_columns(headers: list[str], config: ColumnConfig, *, source: str) -> Col
 
     for name in REQUIRED_FIELDS:
         if result[name] is None:
-            raise MissingColumnError(source, name, list(config.aliases[name]), list(headers))
+            raise MissingColumnError(
+                source,
+                name,
+                list(config.aliases[name]),
+                list(headers),
+                _unit_note(headers, name, config.aliases[name]),
+            )
     return ColumnMap(result)
+
+
+def _unit_note(headers: list[str], name: str, aliases: tuple[str, ...]) -> str:
+    """Why a header that would otherwise have matched field ``name`` was not taken."""
+    keys = {header_key(a) for a in aliases}
+    for header in headers:
+        part = other_unit(header, name)
+        if part and header_key(_BRACKETED.sub(" ", header)) in keys:
+            return (
+                f" Header {header!r} is not taken for '{name}': {part} is not its unit "
+                f"({_UNITS[name]}); convert the values, or map it with --config if they are."
+            )
+    return ""
+
+
+_UNITS = {"price": "SAR", "area": "m2", "age": "years"}
 
 
 def _loose_match(header: str, by_key: Mapping[str, str]) -> str | None:
