@@ -338,3 +338,28 @@ def test_same_table_from_every_format(tmp_path: Path) -> None:
     pl.DataFrame(expected).write_parquet(tmp_path / "t.parquet")
     for path in (csv_path, tmp_path / "t.xlsx", tmp_path / "t.parquet"):
         assert read_table(path).to_dict(as_series=False) == expected
+
+
+def test_a_file_mixing_utf8_and_cp1256_is_refused_not_garbled(tmp_path: Path) -> None:
+    utf8 = "city,type,note\nالرياض,فيلا,ملاحظة\n".encode()
+    pasted = b"Riyadh,villa," + "ملاحظة".encode("cp1256") + b"\n"
+    for name, data in (("short.csv", utf8 + pasted), ("long.csv", utf8 * 20_000 + pasted)):
+        path = write(tmp_path, name, data)
+        with pytest.raises(InputError, match="mixes two encodings"):
+            read_table(path)
+
+
+def test_a_stray_nul_byte_is_not_taken_for_utf16(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.csv", b"city,price\nRiyadh,30\x0000\n")
+    with pytest.raises(InputError, match=r"contains NUL bytes \(byte 20, line 2\)"):
+        read_table(path)
+
+
+def test_lines_ended_by_cr_alone_are_lines(tmp_path: Path) -> None:
+    for name, data in (
+        ("mac.csv", b"city,price\rRiyadh,1\rJeddah,2\r"),
+        ("mac1256.csv", "city,price\rالرياض,1\rجدة,2\r".encode("cp1256")),
+    ):
+        frame = read_table(write(tmp_path, name, data))
+        assert frame.columns == ["city", "price"]
+        assert frame["price"].to_list() == ["1", "2"]

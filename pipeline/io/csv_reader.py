@@ -24,6 +24,7 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import re
 from pathlib import Path
 
 import polars as pl
@@ -44,11 +45,13 @@ def read_csv(
         head = fh.read(SNIFF_BYTES)
     codec = _codec_name(path, encoding) if encoding else _detect_encoding(path, head)
 
-    if codec in ("utf-8", "utf-8-sig"):
+    if codec in ("utf-8", "utf-8-sig") and not _old_mac_lines(head):
         text_head = head.decode("utf-8", errors="ignore").lstrip("\ufeff")
         source: Path | bytes = path
     else:
         data = _decode(path, path.read_bytes(), codec)
+        if _old_mac_lines(data[:SNIFF_BYTES]):
+            data = data.replace("\r", "\n")
         text_head = data[:SNIFF_BYTES]
         source = data.encode("utf-8")
 
@@ -68,6 +71,13 @@ def read_csv(
         raise InputError(f"{path}: has no header row (the first line names the columns)")
     headers = list(raw.row(0))
     return headers, raw.slice(1), {"encoding": codec, "separator": separator}
+
+
+def _old_mac_lines(head: bytes | str) -> bool:
+    """Lines ended by CR alone (classic Mac OS, Excel's "CSV (Macintosh)")."""
+    if isinstance(head, str):
+        return "\r" in head and "\n" not in head
+    return b"\r" in head and b"\n" not in head
 
 
 def _polars_read(source: Path | bytes, separator: str, skip: int) -> pl.DataFrame:
@@ -137,23 +147,49 @@ def _detect_encoding(path: Path, head: bytes) -> str:
     sample = head[:4096]
     if b"\x00" in sample:
         even, odd = sample[0::2].count(0), sample[1::2].count(0)
-        # ASCII characters (separators, digits, line ends) leave a NUL in their high byte.
-        if even == 0:
+        # ASCII characters (separators, digits, line ends) leave a NUL in their high byte: in
+        # UTF-16 text a good share of the bytes are NUL, all on one side.
+        if even == 0 and odd >= len(sample) // 8:
             return "utf-16-le"
-        if odd == 0:
+        if odd == 0 and even >= len(sample) // 8:
             return "utf-16-be"
-        raise InputError(f"{path}: contains NUL bytes and is not text; is it really a CSV file?")
+        raise InputError(
+            f"{path}: contains NUL bytes ({_where(head, head.index(0))}) and is not text; "
+            "is it really a CSV file?"
+        )
     try:
         head.decode("utf-8")
         return "utf-8"
     except UnicodeDecodeError as exc:
         if exc.start >= len(head) - 3 and exc.reason == "unexpected end of data":
             return "utf-8"  # the sample cut a character in two
+        if _mostly_utf8_arabic(head):
+            raise InputError(
+                f"{path}: is UTF-8 text except at {_where(head, exc.start)}, so it mixes two "
+                f"encodings (pasted text?); re-save it as UTF-8, or {ENCODING_HINT}"
+            ) from None
     if _looks_arabic_cp1256(head):
         return "cp1256"
     raise InputError(
         f"{path}: is not UTF-8 text and its encoding is not recognised; {ENCODING_HINT}"
     )
+
+
+_UTF8_ARABIC = re.compile(rb"[\xd8-\xdb][\x80-\xbf]")
+_ASCII = bytes(range(128))
+
+
+def _mostly_utf8_arabic(data: bytes) -> bool:
+    """True when most non-ASCII bytes pair up as UTF-8 Arabic letters. Windows-1256 Arabic
+    text almost never does: there those pairs are one of four letters followed by a symbol."""
+    high = len(data.translate(None, _ASCII))
+    pairs = len(_UTF8_ARABIC.findall(data))
+    return pairs > 0 and 4 * pairs >= high
+
+
+def _where(data: bytes, offset: int) -> str:
+    line = data.count(b"\n", 0, offset) + 1
+    return f"byte {offset}, line {line}"
 
 
 def _looks_arabic_cp1256(data: bytes) -> bool:
