@@ -42,7 +42,11 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.decisions import DecisionDesk
     from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine
+    from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, valid_idempotency_key
 
+    key = args.idempotency_key
+    if key is not None and not valid_idempotency_key(key):
+        raise UsageError(f"--idempotency-key must be {IDEMPOTENCY_KEY_RULE}")
     try:
         body = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
     except OSError as exc:

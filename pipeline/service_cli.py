@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import UsageError
 from pipeline.ledger.accounts import ACCOUNT_TYPES, AccountError, KeyInfo, SqliteAccounts
 from pipeline.settings import Settings, db_path
 
@@ -46,6 +48,7 @@ def _key_row(info: KeyInfo) -> dict[str, Any]:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.service.server import build_app, serve
 
+    check_can_listen(args.host, args.port)
     db = _db(args, settings)
     if args.demo:
         _ensure_demo(db)
@@ -105,6 +108,23 @@ def cmd_key_list(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 0 to 65535, not {text!r}")
+    return int(text)
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """UsageError (exit 2) when host:port cannot be listened on, before the server starts."""
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            probe.bind(address)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def _db_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", help="ledger: a SQLite path or sqlite:///PATH (env DECISIONS_DB)")
 
@@ -113,7 +133,7 @@ def add_service_commands(commands: Any) -> None:
     """Add serve, account and key to the `decisions` subparsers."""
     serve = commands.add_parser("serve", help="serve POST /v1/decisions over HTTP")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=_port, default=8000)
     serve.add_argument(
         "--demo", action="store_true", help="create a demo workspace and broker account first"
     )
@@ -141,7 +161,9 @@ def add_service_commands(commands: Any) -> None:
     key_create.add_argument("--account", required=True)
     key_create.set_defaults(handler=cmd_key_create)
     revoke = keys.add_parser("revoke", help="revoke a key by its prefix (sk-xxxxxxxx)")
-    revoke.add_argument("prefix", help="the key's prefix as `key list` shows it")
+    revoke.add_argument(
+        "prefix", help="the key's prefix as `key list` shows it (prefix...last), or the key"
+    )
     revoke.set_defaults(handler=cmd_key_revoke)
     listing = keys.add_parser("list", help="list keys: prefix and last characters only")
     listing.add_argument("--account")

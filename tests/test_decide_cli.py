@@ -97,3 +97,12 @@ def test_the_same_idempotency_key_replays_without_a_charge(db, capsys, stdin):
 def test_a_request_file_that_does_not_exist(db, tmp_path, capsys):
     assert main(["decide", str(tmp_path / "nope.json"), "--db", db]) == 2
     assert "cannot read the request" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "a\tb"])
+def test_an_idempotency_key_the_service_would_refuse_is_refused(db, capsys, stdin, key):
+    stdin(VILLA)
+    assert main(["decide", "-", "--db", db, "--workspace", "acme", "--idempotency-key", key]) == 2
+    assert "--idempotency-key must be 1 to 255 printable characters" in capsys.readouterr().err
+    assert main(["workspace", "show", "acme", "--db", db]) == 0
+    assert json.loads(capsys.readouterr().out)["balance"] == 4

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main
-from pipeline.ledger.accounts import SqliteAccounts, check_key_format
+from pipeline.ledger.accounts import SqliteAccounts, check_key_format, generate_key
 
 
 def test_account_and_key_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -33,3 +33,60 @@ def test_account_and_key_commands(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["key", "revoke", key[:11], *db]) == 0
     assert json.loads(capsys.readouterr().out)["revoked"] is True
     assert main(["key", "revoke", "sk-nothere", *db]) == 2
+
+
+def test_names_and_amounts_out_of_range_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = ["--db", str(tmp_path / "l.db")]
+    huge = str(2**63)
+    for args, message in (
+        (["workspace", "create", "", "--balance", "5"], "must not be blank"),
+        (["workspace", "create", " w ", "--balance", "5"], "must not be blank"),
+        (["workspace", "create", "w", "--balance", huge], "at most 9,223,372,036,854,775,807"),
+    ):
+        assert main([*args, *db]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["workspace", "create", "w", "--balance", str(2**63 - 2), *db]) == 0
+    assert main(["workspace", "topup", "w", "1", *db]) == 0
+    assert main(["workspace", "topup", "w", "1", *db]) == 2
+    assert "can take at most 0 more" in capsys.readouterr().err
+    assert main(["account", "create", "  ", "--workspace", "w", "--type", "broker", *db]) == 2
+    assert "must not be blank" in capsys.readouterr().err
+
+
+def test_a_key_can_be_revoked_by_itself_and_errors_never_repeat_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = ["--db", str(tmp_path / "l.db")]
+    assert main(["workspace", "create", "w", "--balance", "5", *db]) == 0
+    assert main(["account", "create", "b", "--workspace", "w", "--type", "broker", *db]) == 0
+    assert main(["key", "create", "--account", "b", *db]) == 0
+    key = capsys.readouterr().out.strip().splitlines()[-1]
+    assert main(["key", "revoke", key, *db]) == 0
+    assert json.loads(capsys.readouterr().out)["revoked"] is True
+    other = SqliteAccounts(tmp_path / "l.db")
+    unknown = key[:-8] + ("a" if key[-8] != "a" else "b") + key[-7:]  # checksum fails: a prefix
+    for wrong in (unknown, generate_key()):
+        assert main(["key", "revoke", wrong, *db]) == 2
+        assert wrong not in capsys.readouterr().err
+    assert other.list_keys("b")[0].revoked_at is not None
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_serve_refuses_a_port_out_of_range(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--port", port])
+    assert exit_.value.code == 2
+    assert "a port is a number from 0 to 65535" in capsys.readouterr().err
+
+
+def test_serve_says_when_its_port_is_taken(tmp_path: Path, capsys) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port), "--db", str(tmp_path / "l.db")]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal, Protocol, get_args
 
 from pipeline.errors import PipelineError, UnknownWorkspace, UsageError
+from pipeline.ledger.base import check_name
 from pipeline.ledger.connection import ThreadConnections
 
 AccountType = Literal["broker", "agency", "buyer", "seller"]
@@ -177,6 +178,7 @@ class SqliteAccounts:
         self._connections.close()
 
     def create_account(self, name: str, workspace: str, type: str) -> Account:
+        check_name(name, "account")
         if type not in ACCOUNT_TYPES:
             raise AccountError(f"account type must be one of {', '.join(ACCOUNT_TYPES)}")
         db = self._connection()
@@ -232,14 +234,23 @@ class SqliteAccounts:
         return NewKey(key, KeyInfo(cursor.lastrowid, account, prefix, last, now, None))
 
     def revoke_key(self, prefix: str) -> KeyInfo:
-        """Revoke the key shown as `prefix` (its display prefix, or `prefix...last`)."""
+        """Revoke the key shown as `prefix` (its display prefix, or `prefix...last`), or the
+        key itself (a leaked key in hand); an error never repeats a whole key."""
+        if check_key_format(prefix):
+            matches = self._keys("k.key_hash = ?", (hash_key(prefix),))
+            if not matches:
+                raise AccountError(f"no such API key ({display_prefix(prefix)}...) in {self.path}")
+            return self._revoke(matches[0])
         prefix, _, last = prefix.partition("...")
         matches = [k for k in self._keys("k.prefix = ?", (prefix,)) if last in ("", k.last_chars)]
         if not matches:
-            raise AccountError(f"no API key with prefix {prefix!r}")
+            shown = prefix if len(prefix) <= len(KEY_PREFIX) + _DISPLAY_CHARS else "that prefix"
+            raise AccountError(f"no API key with prefix {shown!r}")
         if len(matches) > 1:
             raise AccountError(f"several keys start with {prefix!r}; give prefix...last too")
-        key = matches[0]
+        return self._revoke(matches[0])
+
+    def _revoke(self, key: KeyInfo) -> KeyInfo:
         if key.revoked_at is not None:
             return key
         now = time.time()

@@ -10,14 +10,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pipeline.errors import LedgerError
+from pipeline.errors import LedgerError, UsageError
 
 COST_SCORING = 1  # decisions a request costs (spec: scoring only)
 COST_WITH_REASONING = 3  # with `reasoning: true`
 
 
+MAX_IDEMPOTENCY_KEY_CHARS = 255
+IDEMPOTENCY_KEY_RULE = f"1 to {MAX_IDEMPOTENCY_KEY_CHARS} printable characters, for example a UUID"
+
+
+def valid_idempotency_key(key: str) -> bool:
+    """The service's rule for an Idempotency-Key, also for `decisions decide`: they share the
+    ledger's keys."""
+    return 0 < len(key) <= MAX_IDEMPOTENCY_KEY_CHARS and key.isprintable()
+
+
 def cost_of(reasoning: bool) -> int:
     return COST_WITH_REASONING if reasoning else COST_SCORING
+
+
+def check_name(name: str, kind: str) -> None:
+    """A workspace or account name: not blank, no spaces around it (they would not show)."""
+    if not name.strip() or name != name.strip():
+        raise UsageError(f"a {kind} name must not be blank or begin or end with spaces: {name!r}")
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,14 @@ from pipeline.errors import (
     UnknownWorkspace,
     UsageError,
 )
-from pipeline.ledger.base import Charge, ChargeRequest, Workspace
+from pipeline.ledger.base import Charge, ChargeRequest, Workspace, check_name
 from pipeline.ledger.connection import ThreadConnections
 from pipeline.settings import Settings, db_path
 
 # An in-flight request older than this is taken to have died (a killed process): its charge
 # stands and is replayed, never repeated.
 STALE_IN_FLIGHT_S = 120.0
+MAX_BALANCE = 2**63 - 1  # SQLite's largest integer
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS workspaces (
@@ -99,8 +100,11 @@ class SqliteLedger:
         return row
 
     def create_workspace(self, name: str, balance: int) -> Workspace:
+        check_name(name, "workspace")
         if balance < 0:
             raise UsageError("a workspace balance cannot be negative")
+        if balance > MAX_BALANCE:
+            raise UsageError(f"a workspace balance can be at most {MAX_BALANCE:,} decisions")
         with self._transaction() as db:
             if db.execute("SELECT 1 FROM workspaces WHERE name = ?", (name,)).fetchone():
                 raise UsageError(f"workspace {name!r} already exists in {self.path}")
@@ -132,6 +136,11 @@ class SqliteLedger:
             raise UsageError("a top-up must be a positive number of decisions")
         with self._transaction() as db:
             workspace_id, balance = self._row(db, name)
+            if amount > MAX_BALANCE - balance:
+                raise UsageError(
+                    f"workspace {name!r} holds {balance:,} decisions; a balance can be at most "
+                    f"{MAX_BALANCE:,}, so it can take at most {MAX_BALANCE - balance:,} more"
+                )
             balance += amount
             db.execute("UPDATE workspaces SET balance = ? WHERE id = ?", (balance, workspace_id))
             self._entry(db, workspace_id, "topup", amount, balance)

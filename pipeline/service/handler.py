@@ -16,12 +16,12 @@ from typing import Any, Protocol
 from pipeline.decisions import Decision
 from pipeline.errors import PipelineError
 from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey
+from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, valid_idempotency_key
 from pipeline.service.errors import ApiError, internal_error, translate
 
 log = logging.getLogger("pipeline.service")
 
 MAX_BODY_BYTES = 64 * 1024
-MAX_IDEMPOTENCY_KEY_CHARS = 255
 
 
 class Decider(Protocol):
@@ -72,12 +72,11 @@ def check_content_type(content_type: str | None) -> None:
 def check_idempotency_key(value: str | None) -> str | None:
     if value is None:
         return None
-    if not (0 < len(value) <= MAX_IDEMPOTENCY_KEY_CHARS) or not value.isprintable():
+    if not valid_idempotency_key(value):
         raise ApiError(
             400,
             "invalid_idempotency_key",
-            f"the Idempotency-Key header must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} printable "
-            "characters, for example a UUID",
+            f"the Idempotency-Key header must be {IDEMPOTENCY_KEY_RULE}",
         )
     return value
 
