@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 
 import polars as pl
@@ -363,3 +364,31 @@ def test_lines_ended_by_cr_alone_are_lines(tmp_path: Path) -> None:
         frame = read_table(write(tmp_path, name, data))
         assert frame.columns == ["city", "price"]
         assert frame["price"].to_list() == ["1", "2"]
+
+
+def test_a_quote_inside_an_unquoted_value_is_read_as_excel_reads_it(tmp_path: Path) -> None:
+    data = (
+        'city,note,price\nالرياض,TV 55" included,1\n\n"Jeddah, KSA","two\nlines ""q""",2\n'
+        "Dammam,short\n\n"
+    ).encode()
+    frame = read_table(write(tmp_path, "x.csv", data))
+    assert frame.rows() == [
+        ("الرياض", 'TV 55" included', "1"),
+        (None, None, None),  # a blank line inside the table stays a row
+        ("Jeddah, KSA", 'two\nlines "q"', "2"),
+        ("Dammam", "short", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        (b'city,price\nRiyadh,"3000000"x\n', "line 2: ',' expected after '\"'"),
+        (b'city,price\nRiyadh,"3000000\nJeddah,2\n', "line 3: unexpected end of data"),
+    ],
+)
+def test_a_quote_never_closed_is_refused_with_its_line(
+    tmp_path: Path, data: bytes, where: str
+) -> None:
+    with pytest.raises(InputError, match=re.escape(where)):
+        read_table(write(tmp_path, "x.csv", data))

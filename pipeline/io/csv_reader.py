@@ -64,6 +64,11 @@ def read_csv(
             content = path.read_bytes()
             codec = _detect_encoding(path, content)
             raw = _polars_read(_decode(path, content, codec).encode("utf-8"), separator, skip)
+        elif "malformed" in str(exc).lower() or "could not parse" in str(exc).lower():
+            # A quote inside an unquoted value (`TV 55" included`): Excel reads it as a quote
+            # mark, polars refuses the file. The csv module reads it as Excel does, and still
+            # refuses what is really broken (a quote never closed), naming the line.
+            raw = _lenient_read(path, source, separator, skip)
         else:
             raise _translate(path, exc, separator, source, skip) from exc
 
@@ -94,6 +99,43 @@ def _polars_read(source: Path | bytes, separator: str, skip: int) -> pl.DataFram
         return pl.DataFrame()
 
 
+def _lenient_read(path: Path, source: Path | bytes, separator: str, skip: int) -> pl.DataFrame:
+    """The table read with the csv module (error path only): cells as text, empty ones null."""
+    text = _text_of(source)
+    records = csv.reader(io.StringIO(text, newline=""), delimiter=separator, strict=True)
+    rows: list[list[str]] = []
+    try:
+        for number, record in enumerate(records, start=1):
+            if number > skip:
+                rows.append(record)
+    except csv.Error as exc:
+        raise InputError(
+            f"{path}: line {records.line_num}: {exc}; a value that contains quotes or the "
+            f"separator {separator!r} must be wholly in quotes, with each quote doubled"
+        ) from None
+    while rows and not rows[-1]:
+        rows.pop()  # trailing blank lines, as polars drops them
+    width = len(rows[0]) if rows else 0
+    if any(len(row) > width for row in rows):
+        raise InputError(
+            f"{path}: {_first_long_record(source, separator, skip)} (separator {separator!r}); "
+            "quote values that contain the separator, or give every column a header"
+        )
+    columns = [
+        [row[i] if i < len(row) and row[i] != "" else None for row in rows] for i in range(width)
+    ]
+    return pl.DataFrame(
+        {f"column_{i}": values for i, values in enumerate(columns)},
+        schema={f"column_{i}": pl.String for i in range(width)},
+    )
+
+
+def _text_of(source: Path | bytes) -> str:
+    if isinstance(source, Path):
+        return source.read_text(encoding="utf-8-sig", errors="replace")
+    return source.decode("utf-8")
+
+
 def _translate(
     path: Path, exc: Exception, separator: str, source: Path | bytes, skip: int
 ) -> InputError:
@@ -111,11 +153,7 @@ def _translate(
 
 def _first_long_record(source: Path | bytes, separator: str, skip: int) -> str:
     """Which record is longer than the header, found with the csv module (error path only)."""
-    if isinstance(source, Path):
-        text = source.read_text(encoding="utf-8-sig", errors="replace")
-    else:
-        text = source.decode("utf-8")
-    records = csv.reader(io.StringIO(text, newline=""), delimiter=separator)
+    records = csv.reader(io.StringIO(_text_of(source), newline=""), delimiter=separator)
     width = None
     for number, record in enumerate(records, start=1):
         if number <= skip:
