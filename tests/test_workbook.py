@@ -25,6 +25,7 @@ from pipeline.io.xlsx_text import (
     TRUNCATION_MARKER,
     has_arabic,
     looks_like_formula,
+    plain_numbers,
 )
 from tests.test_writers import (
     ORIGINALS,
@@ -87,12 +88,36 @@ def test_header_then_every_row_in_input_order(book: Workbook) -> None:
     assert column_values(book, "status") == STATUSES
 
 
-def test_original_columns_are_the_users_text(book: Workbook) -> None:
+PLAIN_NUMBERS = {"-50": -50, "2500000": 2500000, "7": 7, "0": 0}
+
+
+def test_original_columns_are_the_users_text_and_plain_numbers_are_numbers(book: Workbook) -> None:
     for name, values in ORIGINALS.items():
-        # An empty string and a null are both an empty cell.
-        assert column_values(book, name) == [v or None for v in values], name
-    cells = [c for row in book["Results"].iter_rows(min_row=2) for c in row[: len(ORIGINALS)]]
-    assert all(c.data_type == "s" for c in cells if c.value is not None)
+        # An empty string and a null are both an empty cell; "-50" is the number -50.
+        wanted = [PLAIN_NUMBERS.get(v, v) if v else None for v in values]
+        got = column_values(book, name)
+        assert got == wanted, name
+        for value, cell in zip(values, got, strict=True):
+            if value in PLAIN_NUMBERS:
+                assert isinstance(cell, int | float) and not isinstance(cell, bool)
+            elif value:
+                assert isinstance(cell, str)
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        ("950000", 950000), ("-3", -3), ("0.25", 0.25), ("120.5", 120.5),
+        ("12345678901", 12345678901), ("123456789012", None), ("00123", None), ("1.50", None),
+        ("1e6", None), ("-0", None),
+        ("1,500,000", None), ("٢٥", None), (" 5", None), ("5.", None), (".5", None),
+    ],
+)  # fmt: skip
+def test_only_text_that_shows_the_same_as_a_number_becomes_one(
+    text: str, number: float | None
+) -> None:
+    got = pl.select(plain_numbers(pl.lit(text))).item()
+    assert got == number
 
 
 def test_result_columns_keep_their_types(book: Workbook) -> None:

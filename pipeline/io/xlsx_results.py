@@ -19,7 +19,7 @@ from pipeline.io.xlsx_styles import (
     column_widths,
     number_format,
 )
-from pipeline.io.xlsx_text import ARABIC, FORMULA_FIRST, NEEDS_A_LOOK, has_arabic
+from pipeline.io.xlsx_text import ARABIC, FORMULA_FIRST, NEEDS_A_LOOK, has_arabic, plain_numbers
 
 # Excel's "number stored as text" warning triangle, shown on the input's own columns when
 # they hold text like "1,500,000" on purpose.
@@ -47,7 +47,7 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     colour_status_columns(sheet, formats, columns, last_row)
     sheet.ignore_errors({"number_stored_as_text": _WHOLE_SHEET})
 
-    plain_text, checked_text = _split_text_columns(frame)
+    plain_text, checked_text, numeric_text = _split_text_columns(frame)
     num_cols = [
         (i, number_format(formats, name))
         for i, (name, dt) in enumerate(frame.schema.items())
@@ -58,6 +58,12 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     rtl, quoted, rtl_quoted = formats.text.rtl, formats.text.quoted, formats.text.rtl_quoted
     arabic_search = ARABIC.search
     formula_first = FORMULA_FIRST
+
+    def write_text(r: int, c: int, v: str) -> None:
+        if v.isascii() or arabic_search(v) is None:
+            write_string(r, c, v, quoted if v[0] in formula_first else None)
+        else:
+            write_string(r, c, v, rtl_quoted if v[0] in formula_first else rtl)
 
     for r, row in enumerate(frame.iter_rows(), 1):
         for c in plain_text:
@@ -77,22 +83,37 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
                 write_string(r, c, v, quoted if v[0] in formula_first else None)
             else:
                 write_string(r, c, v, rtl_quoted if v[0] in formula_first else rtl)
+        for c, numbers in numeric_text:
+            v = row[c]
+            if v:
+                n = numbers[r - 1]
+                if n is not None:
+                    write_number(r, c, n)
+                else:
+                    write_text(r, c, v)
         for c, fmt in num_cols:
             v = row[c]
             if v is not None:
                 write_number(r, c, v, fmt)
 
 
-def _split_text_columns(frame: pl.DataFrame) -> tuple[list[int], list[int]]:
-    """Text columns whose cells all go in as they are, and those where some cell is Arabic
-    or starts like a formula and so needs a look per cell; decided with one vectorised pass."""
+def _split_text_columns(
+    frame: pl.DataFrame,
+) -> tuple[list[int], list[int], list[tuple[int, list[float | None]]]]:
+    """Text columns whose cells all go in as they are; those where some cell is Arabic or
+    starts like a formula and so needs a look per cell; and those where some cells are plain
+    numbers (`plain_numbers`), with the numbers. Decided with vectorised passes."""
     text = [name for name, dt in frame.schema.items() if dt == pl.String]
     if not text or frame.height == 0:
-        return [], []
-    flags = frame.select(pl.col(text).str.contains(NEEDS_A_LOOK).any()).row(0)
-    needs_look = {name for name, flag in zip(text, flags, strict=True) if flag}
+        return [], [], []
+    numbers = frame.select(plain_numbers(pl.col(n)).alias(n) for n in text)
+    has_numbers = {n for n, count in zip(text, numbers.count().row(0), strict=True) if count}
+    rest = [n for n in text if n not in has_numbers]
+    flags = frame.select(pl.col(rest).str.contains(NEEDS_A_LOOK).any()).row(0) if rest else ()
+    needs_look = {name for name, flag in zip(rest, flags, strict=True) if flag}
     index = {name: i for i, name in enumerate(frame.columns)}
     return (
-        [index[n] for n in text if n not in needs_look],
-        [index[n] for n in text if n in needs_look],
+        [index[n] for n in rest if n not in needs_look],
+        [index[n] for n in rest if n in needs_look],
+        [(index[n], numbers[n].to_list()) for n in text if n in has_numbers],
     )
