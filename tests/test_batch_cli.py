@@ -142,6 +142,29 @@ def test_borderline_reasoning_only_for_partial_verdicts(tmp_path, db):
     assert balance(db) == 5000 - frame["decisions_used"].sum()
 
 
+def test_explanations_the_balance_could_not_pay_are_fetched_by_the_next_run(tmp_path, capsys):
+    db = str(tmp_path / "ledger.db")
+    assert main(["workspace", "create", "small", "--balance", "500", "--db", db]) == 0
+    out = tmp_path / "scored.parquet"
+    command = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(out), "--db", db,
+               "--workspace", "small", "--reasoning", "borderline", "--quiet",
+               "--journal", str(tmp_path / "j.journal")]  # fmt: skip
+    assert main(command) == 3  # every row scored, some partial ones left unexplained
+    frame = pl.read_parquet(out)
+    unexplained = frame.filter(pl.col("error_code") == "reasoning_skipped")
+    assert unexplained.height > 0 and set(unexplained["status"]) == {"scored"}
+    assert unexplained["reasoning_en"].null_count() == unexplained.height
+    assert unexplained["error_message"][0].startswith("scored, but not explained: ")
+    assert "top up the workspace" in unexplained["error_message"][0]
+
+    assert main(["workspace", "topup", "small", "5000", "--db", db]) == 0
+    assert main(command) == 0  # not "unchanged since the last run": the explanations come
+    frame = pl.read_parquet(out)
+    assert frame.filter(pl.col("error_code") == "reasoning_skipped").height == 0
+    assert frame.filter(pl.col("verdict") == "partial")["reasoning_en"].null_count() == 0
+    assert balance(db, "small") == 5500 - 825  # what one borderline run of the file costs
+
+
 def test_a_missing_required_column_stops_before_any_charge(tmp_path, db, capsys):
     source = tmp_path / "no-price.csv"
     source.write_text("city,type,area\nRiyadh,villa,400\n", encoding="utf-8")

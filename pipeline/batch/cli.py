@@ -223,7 +223,7 @@ def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
         print(f"  wrote {output}")
     if s.exit_code == 3:
         print(
-            "Some rows were not scored: the budget or the balance ran out. Top up "
+            "Some rows were not scored or explained: the budget or the balance ran out. Top up "
             "(decisions workspace topup NAME N) or raise --budget, then run the same command "
             "again:\n  " + " ".join(argv)
         )

@@ -38,6 +38,8 @@ ReasoningMode = Literal["none", "all", "borderline"]
 INPUT_SUFFIX = " (input)"  # appended to an input header that clashes with a result column
 
 EXIT_OK, EXIT_FAILED, EXIT_UNSCORED = 0, 1, 3
+# error_code of a borderline row scored but left without its explanation
+REASONING_SKIPPED, REASONING_FAILED = "reasoning_skipped", "reasoning_failed"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,12 +201,19 @@ def _merge_reasoning(results: pl.DataFrame, explained: pl.DataFrame) -> pl.DataF
         pl.col("error_message").alias("_error"),
     )
     merged = results.join(extra, on="request_id", how="left", maintain_order="left")
-    not_afforded = pl.col("_status") == "skipped"
+    # The row stays scored; its missing explanation is said in error_code and error_message,
+    # and the run's exit code (3 or 1) says to run it again.
+    missing = pl.col("_status").is_in(["skipped", "failed"])
+    code = pl.when(pl.col("_status") == "skipped").then(pl.lit(REASONING_SKIPPED))
     merged = merged.with_columns(
         *(pl.coalesce(f"_{c}", c).alias(c) for c in reasoning_columns),
         decisions_used=pl.col("decisions_used") + pl.col("_used").fill_null(0),
-        error_code=pl.when(not_afforded).then(pl.lit("reasoning_skipped")).otherwise("error_code"),
-        error_message=pl.when(not_afforded).then("_error").otherwise("error_message"),
+        error_code=pl.when(missing)
+        .then(code.otherwise(pl.lit(REASONING_FAILED)))
+        .otherwise("error_code"),
+        error_message=pl.when(missing)
+        .then(pl.col("_error").str.replace("^not scored: ", "scored, but not explained: "))
+        .otherwise("error_message"),
     )
     return merged.drop(*(f"_{c}" for c in reasoning_columns), "_used", "_status", "_error")
 
@@ -273,10 +282,12 @@ def _counts(results: pl.DataFrame, column: str, keys: tuple[str, ...]) -> dict[s
     return {k: int(counted.get(k, 0)) for k in keys}
 
 
-def exit_code_for(status_counts: dict[str, int]) -> int:
-    if status_counts.get("failed"):
+def exit_code_for(status_counts: dict[str, int], unexplained: dict[str, int] | None = None) -> int:
+    """1 if a row (or its borderline explanation) failed; 3 if one was not afforded; else 0."""
+    unexplained = unexplained or {}
+    if status_counts.get("failed") or unexplained.get(REASONING_FAILED):
         return EXIT_FAILED
-    if status_counts.get("skipped"):
+    if status_counts.get("skipped") or unexplained.get(REASONING_SKIPPED):
         return EXIT_UNSCORED
     return EXIT_OK
 
@@ -344,6 +355,10 @@ def summarise(
 ) -> RunSummary:
     """The run's summary, counted from its results (balance: before and after)."""
     statuses = _counts(results, "status", ("scored", "rejected", "skipped", "failed"))
+    unexplained = _counts(results, "error_code", (REASONING_SKIPPED, REASONING_FAILED))
+    if any(unexplained.values()):
+        notes = [*notes, ("Explanations not afforded", unexplained[REASONING_SKIPPED])]
+        notes += [("Explanations failed", unexplained[REASONING_FAILED])]
     return RunSummary(
         input_path=str(options.input),
         input_fingerprint=fingerprint,
@@ -356,7 +371,7 @@ def summarise(
         started_at=started,
         duration_s=time.perf_counter() - clock,
         workspace=workspace,
-        exit_code=exit_code_for(statuses),
+        exit_code=exit_code_for(statuses, unexplained),
         notes=[("Reasoning", options.reasoning), *notes],
     )
 

@@ -34,13 +34,19 @@ OUTPUT_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+_WHAT_TO_DO = {
+    SKIPPED_BUDGET: "raise --budget",
+    SKIPPED_BALANCE: "top up the workspace",
+}
+
+
 def skipped_rows(rows: pl.DataFrame, code: str, reason: str) -> pl.DataFrame:
     """OUTPUT_SCHEMA rows for requests not sent: status skipped, the reason and the cost."""
     message = pl.format(
-        "not scored: {}; this row needs {} decision(s); top up or raise --budget, then run "
-        "the same command again",
+        "not scored: {}; this row needs {} decision(s); {}, then run the same command again",
         pl.lit(reason),
         pl.col("cost"),
+        pl.lit(_WHAT_TO_DO.get(code, "top up or raise --budget")),
     )
     values = {
         "request_id": pl.col("request_id"),
