@@ -50,6 +50,9 @@ class DecisionDesk:
             partial(_complete_each, ledger), name="completions"
         )
 
+    def balance(self, workspace: str) -> int:
+        return self.ledger.workspace(workspace).balance
+
     async def decide_async(
         self,
         body: bytes | str | dict[str, Any],

@@ -432,13 +432,50 @@ def test_the_score_command_scores_through_the_service(tmp_path, service, monkeyp
     assert service.key not in out.read_text(encoding="utf-8-sig")
 
 
-def test_a_refused_key_exits_1_and_says_why(tmp_path, service, monkeypatch, capsys):
+def test_a_refused_key_exits_2_before_anything_is_sent(tmp_path, service, monkeypatch, capsys):
     from pipeline.cli import main
 
     monkeypatch.setenv("DECISIONS_API_KEY", "sk-" + "a" * 40)
     out = tmp_path / "remote.csv"
     code = main(["score", str(PORTFOLIO), "-o", str(out), "--api-url", service.url,
                  "--journal", str(tmp_path / "job.journal"), "--quiet"])  # fmt: skip
-    assert code == 1
+    assert code == 2  # asked GET /v1/workspace first: a configuration error, nothing sent
     assert "the API key was refused" in capsys.readouterr().err
     assert service.balance() == 10_000
+
+
+def test_a_journal_paid_by_one_workspace_is_not_reused_by_another(
+    tmp_path, service, monkeypatch, capsys, small
+):
+    from pipeline.cli import main
+
+    service.ledger.create_workspace("beta", 1_000)
+    service.accounts.create_account("beta-agency", "beta", "agency")
+    beta_key = service.accounts.create_key("beta-agency").key
+    argv = ["score", str(small), "-o", str(tmp_path / "o.csv"), "--api-url", service.url,
+            "--journal", str(tmp_path / "job.journal"), "--json"]  # fmt: skip
+    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+    assert main(argv) == 0
+    paid = 10_000 - service.balance()
+    assert json.loads(capsys.readouterr().out)["workspace"] == "acme"
+
+    monkeypatch.setenv("DECISIONS_API_KEY", beta_key)
+    assert main(argv) == 2  # beta would have had acme's answers for nothing
+    assert "paid by workspace 'acme'" in capsys.readouterr().err
+    assert service.ledger.workspace("beta").balance == 1_000
+
+    rotated = service.accounts.create_key("acme-broker").key  # acme's new key: same job
+    service.accounts.revoke_key(service.key)
+    monkeypatch.setenv("DECISIONS_API_KEY", rotated)
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["decisions_spent"] == 0
+    assert 10_000 - service.balance() == paid
+
+
+def test_the_reserve_holds_from_the_first_request(tmp_path, engine, small):
+    with running_service(tmp_path, engine, balance=1_000) as service:
+        scorer = remote(service.url, service.key, reserve=999)
+        assert scorer.identify() == ("acme", 1_000)
+        outcome = score_remote(scorer, tmp_path / "o.parquet", source=small, reasoning="all")
+        assert service.balance() == 1_000  # 3 decisions would have left 997 < 999
+    assert outcome.exit_code == 3 and paid_rows(outcome) == 0

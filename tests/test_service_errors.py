@@ -245,3 +245,18 @@ def test_the_real_engine_answers_on_the_loop_and_is_charged_once(tmp_path: Path)
         assert first.status_code == again.status_code == 200
         assert again.json() == first.json() and first.json()["decisions_remaining"] == 9
         assert svc.balance() == 9
+
+
+def test_the_workspace_endpoint_names_the_keys_workspace_and_balance(service: Service) -> None:
+    url = f"{service.url}/v1/workspace"
+    answer = service.client.get(url, headers={"Authorization": f"Bearer {service.key}"})
+    assert answer.status_code == 200
+    assert answer.json() == {"workspace": "acme", "balance": 100}
+    assert service.post(body()).status_code == 200
+    answer = service.client.get(url, headers={"Authorization": f"Bearer {service.key}"})
+    assert answer.json()["balance"] == 99  # reading it costs nothing
+    for headers in ({}, {"Authorization": f"Bearer {generate_key()}"}):
+        response = service.client.get(url, headers=headers)
+        assert_error(response, 401, "invalid_api_key")
+        assert response.headers["www-authenticate"] == "Bearer"
+    assert_error(service.client.post(url, json={}), 405, "method_not_allowed")

@@ -125,9 +125,14 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         csv_bom=not args.no_bom,
     )
     remote = remote_scorer_from_args(args, settings)
+    owner: str | None = None  # the workspace the remote key spends from, if the service says
     if remote is not None:
         scorer, workspace = remote, args.workspace
         target = f"{remote.version}:{args.workspace or ''}"
+        identity = remote.identify()
+        if identity is not None:
+            owner = identity[0]
+            workspace = workspace or owner
     else:
         scorer, workspace = _embedded_scorer(args, settings)
         target = f"{scorer.version}:{scorer.ledger.path.resolve()}:{workspace}"
@@ -139,6 +144,8 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         journal = Journal(path)
         if args.fresh and not args.dry_run:
             journal.reset()
+        if owner is not None:
+            journal.claim_for(owner, hint="--workspace NAME (one journal per workspace)")
         outcome = run_batch(
             options,
             scorer,

@@ -132,6 +132,17 @@ class Journal:
         """The input fingerprint of a run that started and did not finish, if any."""
         return self._meta("open_run")
 
+    def claim_for(self, workspace: str, *, hint: str) -> None:
+        """Record that this job's answers are paid by `workspace`; UsageError if another
+        workspace paid for them (its answers are not this one's to reuse)."""
+        owner = self._meta("workspace") or self._set_meta("workspace", workspace)
+        if owner != workspace:
+            raise UsageError(
+                f"{self.path}: this job's answers were paid by workspace {owner!r}, and the "
+                f"API key spends from {workspace!r}; give each workspace its own journal: "
+                f"{hint}"
+            )
+
     def start_run(self, input_fingerprint: str) -> None:
         self._set_meta("open_run", input_fingerprint)
 
@@ -404,7 +415,7 @@ class Journal:
     def reset(self) -> None:
         """--fresh: forget every answer (charges already made stay in the ledger)."""
         self.flush()
-        self._db.execute("DELETE FROM meta WHERE name = 'last_run'")
+        self._db.execute("DELETE FROM meta WHERE name IN ('last_run', 'workspace')")
         self._db.execute("DELETE FROM batches")
         for stale in self.files.glob("*.parquet"):
             stale.unlink()

@@ -128,3 +128,10 @@ class ErrorBody(BaseModel):
     field: str | None = None
     required: int | None = None
     balance: int | None = None
+
+
+class WorkspaceBody(BaseModel):
+    """GET /v1/workspace (an addition to the spec): which workspace a key spends from."""
+
+    workspace: str
+    balance: int

@@ -9,14 +9,22 @@ from fastapi.exceptions import RequestValidationError as FastApiValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from pipeline.errors import PipelineError
 from pipeline.ledger.accounts import AccountStore
 from pipeline.service.access_log import AccessLog
 from pipeline.service.activity import ConnectionActivity
-from pipeline.service.errors import ApiError, internal_error, json_response
+from pipeline.service.errors import ApiError, internal_error, json_response, translate
 from pipeline.service.handler import MAX_BODY_BYTES, Decider, DecisionHandler, Incoming
-from pipeline.service.openapi import DECISION_OPERATION, decision_responses, install_openapi
+from pipeline.service.openapi import (
+    DECISION_OPERATION,
+    WORKSPACE_OPERATION,
+    decision_responses,
+    install_openapi,
+    workspace_responses,
+)
 
 BARE_PATH = "/_bench/bare"
+WORKSPACE_PATH = "/v1/workspace"
 _BARE_BODY = b'{"verdict":"match","score":75.0}'
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
@@ -38,6 +46,12 @@ async def read_body(request: Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _authorization(request: Request) -> str | None:
+    """The Authorization header; repeated ones combine as one comma-separated value (RFC 9110),
+    which no key matches: a request must not pick whichever of two keys comes first."""
+    return ", ".join(request.headers.getlist("authorization")) or None
 
 
 def _connection(request: Request) -> tuple[str, int] | None:
@@ -76,9 +90,7 @@ def create_app(
     )
     async def create_decision(request: Request) -> Response:
         incoming = Incoming(
-            # Repeated headers combine as one comma-separated value (RFC 9110), which no key
-            # matches: a request must not pick whichever of two keys comes first.
-            authorization=", ".join(request.headers.getlist("authorization")) or None,
+            authorization=_authorization(request),
             content_type=request.headers.get("content-type"),
             body=await read_body(request, max_body_bytes),
             idempotency_key=request.headers.get("idempotency-key"),
@@ -90,6 +102,24 @@ def create_app(
         except ApiError as error:
             return error.response()
         return json_response(200, body, _REPLAYED if state.get("replayed") else None)
+
+    @app.get(
+        WORKSPACE_PATH,
+        summary="The caller's workspace and balance (not charged)",
+        description="Not in the spec: lets a batch client name its journal after the workspace "
+        "its key spends from, and know the balance before its first request.",
+        responses=workspace_responses(),
+        openapi_extra=WORKSPACE_OPERATION,
+        response_class=Response,
+    )
+    async def show_workspace(request: Request) -> Response:
+        try:
+            caller = handler.authenticate(_authorization(request))
+            request.scope.setdefault("state", {})["key_prefix"] = caller.key_prefix
+            balance = desk.balance(caller.workspace)
+        except PipelineError as exc:
+            return translate(exc).response()
+        return json_response(200, {"workspace": caller.workspace, "balance": balance})
 
     if bare_endpoint:
 

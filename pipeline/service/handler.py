@@ -37,6 +37,8 @@ class Decider(Protocol):
         commit_inline: bool = False,
     ) -> Decision: ...
 
+    def balance(self, workspace: str) -> int: ...
+
 
 @dataclass(frozen=True)
 class Incoming:

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from pipeline.engine.models import DecisionRequest, DecisionResponse, ErrorBody
+from pipeline.engine.models import DecisionRequest, DecisionResponse, ErrorBody, WorkspaceBody
 
 _ERRORS: dict[int, str] = {
     400: "`invalid_json`: the body is not JSON; `invalid_idempotency_key`.",
@@ -46,6 +46,15 @@ def decision_responses() -> dict[int | str, dict[str, Any]]:
             responses[status]["headers"] = _HEADERS[status]
     return responses
 
+
+def workspace_responses() -> dict[int | str, dict[str, Any]]:
+    return {
+        200: {"model": WorkspaceBody, "description": "The key's workspace and its balance."},
+        401: {"model": ErrorBody, "description": _ERRORS[401], "headers": _HEADERS[401]},
+    }
+
+
+WORKSPACE_OPERATION: dict[str, Any] = {"security": [{"bearer": []}]}
 
 DECISION_OPERATION: dict[str, Any] = {
     "requestBody": {

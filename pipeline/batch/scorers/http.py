@@ -67,6 +67,7 @@ from pipeline.errors import UsageError
 log = logging.getLogger("pipeline.remote")
 
 DECISIONS_PATH = "/v1/decisions"
+WORKSPACE_PATH = "/v1/workspace"
 INVALID_KEY_MESSAGE = (
     "the API key was refused (wrong or revoked); set DECISIONS_API_KEY (or --api-key-file) "
     "to a valid key and run the same command again"
@@ -263,6 +264,37 @@ class HttpScorer:
 
     def balance(self) -> int | None:
         return self._balance
+
+    def identify(self) -> tuple[str, int] | None:
+        """The key's workspace and balance from GET /v1/workspace (our service's addition to
+        the spec), before anything is sent; the balance seeds `--reserve`. None when the
+        service has no such endpoint or does not answer it now: the run then learns the balance
+        from its answers, as from any service of the spec. UsageError for a refused key."""
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        if self._transport is None:
+            self._transport = build_transport(self.config)
+        return self._runner.run(self._identify(self._transport))
+
+    async def _identify(self, transport: httpx.AsyncBaseTransport) -> tuple[str, int] | None:
+        # Not closed: closing a client closes its transport, which the run goes on to use.
+        client = httpx.AsyncClient(transport=transport, timeout=self.config.timeout)
+        url = self.config.base_url.rstrip("/") + WORKSPACE_PATH
+        headers = {k: v for k, v in self._headers.items() if k != "content-type"}
+        try:
+            response = await client.get(url, headers=headers)
+            body = response.json() if response.status_code in (200, 401) else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        if response.status_code == 401:
+            raise UsageError(INVALID_KEY_MESSAGE)
+        if not isinstance(body, dict):
+            return None
+        workspace, balance = body.get("workspace"), body.get("balance")
+        if not isinstance(workspace, str) or not isinstance(balance, int):
+            return None
+        self._saw_balance(balance)
+        return workspace, balance
 
     # -- lifecycle ---------------------------------------------------------------------------
 
