@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -257,3 +258,26 @@ def test_an_output_that_is_the_input_is_refused_before_any_charge(tmp_path, db, 
     assert source.read_text() == text
     assert balance(db) == 5000
     assert not (tmp_path / "ok.xlsx").exists()
+
+
+def test_a_blank_line_in_the_table_is_rejected_as_an_empty_row(tmp_path, db):
+    source = tmp_path / "in.csv"
+    source.write_text("City,Type,Price,Area\nRiyadh,villa,3000000,400\n,,,\n\nJeddah,villa,1,300\n")
+    out = tmp_path / "out.parquet"
+    assert score(db, str(source), "-o", str(out)) == 0
+    frame = pl.read_parquet(out)
+    assert frame["status"].to_list() == ["scored", "rejected", "rejected", "scored"]
+    assert frame["error_code"].to_list() == [None, "empty_row", "empty_row", None]
+    assert frame["error_message"][1] == "row 2 is empty: a blank line in the table"
+    assert balance(db) == 5000 - 2
+
+
+def test_with_json_the_way_on_after_a_budget_stop_goes_to_stderr(tmp_path, db, capsys):
+    out = tmp_path / "scored.csv"
+    code = main(["score", str(SAMPLE / "portfolio.csv"), "-o", str(out), "--db", db,
+                 "--workspace", "acme", "--budget", "10", "--json",
+                 "--journal", str(tmp_path / "j.journal")])  # fmt: skip
+    assert code == 3
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["decisions_spent"] == 10
+    assert "run the same command again" in captured.err

@@ -167,6 +167,8 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         write_manifest(args.manifest, manifest)
     if args.json:
         print(json.dumps(manifest, ensure_ascii=False, indent=2))
+        if outcome.exit_code == 3:  # stdout is for the JSON: the way on goes to stderr
+            print(RUN_AGAIN + "\n  " + " ".join(sys.argv), file=sys.stderr)
     elif not args.quiet:
         print_summary(outcome, sys.argv)
     return outcome.exit_code
@@ -220,6 +222,12 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
         temporary.write_text(json.dumps(manifest, ensure_ascii=False, indent=2), encoding="utf-8")
 
 
+RUN_AGAIN = (
+    "Some rows were not scored or explained: the budget or the balance ran out. Top up "
+    "(decisions workspace topup NAME N) or raise --budget, then run the same command again:"
+)
+
+
 def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
     s = outcome.summary
     width = max(len(label) for label, _ in s.lines())
@@ -229,8 +237,4 @@ def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
     for output in outcome.outputs:
         print(f"  wrote {output}")
     if s.exit_code == 3:
-        print(
-            "Some rows were not scored or explained: the budget or the balance ran out. Top up "
-            "(decisions workspace topup NAME N) or raise --budget, then run the same command "
-            "again:\n  " + " ".join(argv)
-        )
+        print(RUN_AGAIN + "\n  " + " ".join(argv))

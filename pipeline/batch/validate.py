@@ -15,6 +15,7 @@ from pipeline.batch.positions import scattered
 from pipeline.engine.rules import violations
 from pipeline.engine.schema import FIELD_PATHS, REQUEST_SCHEMA
 
+EMPTY_ROW = "empty_row"  # error_code of a row with no value at all (a blank line)
 REASON_COLUMNS = ("error_code", "error_field", "error_message", "error_column", "error_value")
 _EXPECTED = {pl.Float64(): "a number", pl.Boolean(): "yes or no"}
 
@@ -78,7 +79,8 @@ def reject_reasons(
     header_of = {c: h for c, h in mapping.fields.items() if h is not None}
     headers = frame["column"].replace_strict(header_of, default=None, return_dtype=pl.String)
     values = _cell_values(raw, frame["column"], header_of)
-    frame = frame.with_columns(header=headers, value=values)
+    empty = raw.select(pl.all_horizontal(pl.all().is_null()).alias("empty")).to_series()
+    frame = frame.with_columns(header=headers, value=values, empty=empty)
     where = pl.format("row {}", pl.col("row_number"))
     where = (
         pl.when(pl.col("header").is_not_null())
@@ -93,10 +95,14 @@ def reject_reasons(
     message = (
         pl.when(pl.col("error_field").is_null())
         .then(None)
+        .when(pl.col("empty"))
+        .then(pl.format("row {} is empty: a blank line in the table", pl.col("row_number")))
         .otherwise(pl.format("{}: {}: {}", where, shown_value, pl.col("rule")))
     )
     reasons = frame.select(
-        error_code=pl.lit("validation_error"),
+        error_code=pl.when(pl.col("empty"))
+        .then(pl.lit(EMPTY_ROW))
+        .otherwise(pl.lit("validation_error")),
         error_field=pl.col("error_field"),
         error_message=message,
         error_column=pl.col("header"),

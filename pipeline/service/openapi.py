@@ -92,6 +92,10 @@ def install_openapi(app: FastAPI) -> None:
             request = DecisionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
             schemas.update(request.pop("$defs", {}))
             schemas["DecisionRequest"] = request
+            # `reasoning` is left out of a body that did not ask for it, never sent as null.
+            reasoning = schemas["DecisionResponse"]["properties"]["reasoning"]
+            reasoning.pop("anyOf", None)
+            reasoning["$ref"] = "#/components/schemas/Reasoning"
             components["securitySchemes"] = {
                 "bearer": {"type": "http", "scheme": "bearer", "description": "sk-... API key"}
             }
