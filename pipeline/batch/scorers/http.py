@@ -417,7 +417,7 @@ class HttpScorer:
     def _halt(self, stop: _Stop, *, fatal: bool = False) -> _Stop:
         if self._stop is None or (fatal and self._stop.status != "failed"):
             self._stop = stop
-        if fatal:
+        if fatal and self._fatal is None:  # said once, though every request in flight sees it
             self._fatal = stop
             self.stopped_by, self.stop_message = stop.code, stop.message
             log.error("remote scoring stopped: %s", stop.message)
