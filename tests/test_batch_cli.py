@@ -281,3 +281,19 @@ def test_with_json_the_way_on_after_a_budget_stop_goes_to_stderr(tmp_path, db, c
     captured = capsys.readouterr()
     assert json.loads(captured.out)["decisions_spent"] == 10
     assert "run the same command again" in captured.err
+
+
+def test_a_missing_column_names_the_sheet_read_and_options_that_do_not_apply_warn(
+    tmp_path, db, capsys
+):
+    import xlsxwriter
+
+    source = tmp_path / "book.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    workbook.add_worksheet("Cover").write_row(0, 0, ["Portfolio", "November"])
+    workbook.add_worksheet("Listings").write_row(0, 0, ["City", "Type", "Price", "Area"])
+    workbook.close()
+    assert score(db, str(source), "-o", str(tmp_path / "o.csv"), "--encoding", "cp1256") == 2
+    err = capsys.readouterr().err
+    assert "--encoding applies to CSV files" in err
+    assert "(sheet 'Cover', the first; --sheet NAME reads another): no column for" in err

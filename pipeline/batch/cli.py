@@ -106,6 +106,18 @@ def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[Loca
     return scorer, workspace
 
 
+def _warn_unused_read_options(args: argparse.Namespace) -> None:
+    from pipeline.io.read import CSV_EXTENSIONS, XLSX_EXTENSIONS
+
+    suffix = args.input.suffix.lower()
+    if args.sheet is not None and suffix not in XLSX_EXTENSIONS:
+        print(f"decisions: warning: --sheet applies to XLSX files; ignored for {args.input}",
+              file=sys.stderr)  # fmt: skip
+    if args.encoding is not None and suffix not in CSV_EXTENSIONS:
+        print(f"decisions: warning: --encoding applies to CSV files; ignored for {args.input}",
+              file=sys.stderr)  # fmt: skip
+
+
 def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.batch.journal import Journal, job_lock, journal_path
     from pipeline.batch.scorers.remote_options import remote_scorer_from_args
@@ -124,6 +136,7 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         sheet=args.sheet,  # digits name a sheet first, a position only if no sheet has that name
         csv_bom=not args.no_bom,
     )
+    _warn_unused_read_options(args)
     remote = remote_scorer_from_args(args, settings)
     owner: str | None = None  # the workspace the remote key spends from, if the service says
     if remote is not None:

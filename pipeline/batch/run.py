@@ -91,9 +91,11 @@ def prepare(options: BatchOptions) -> Prepared:
     """Read, map, normalise and validate; charges nothing."""
     read = read_table_with_info(options.input, encoding=options.encoding, sheet=options.sheet)
     raw = read.frame
-    mapping = map_columns(
-        raw.columns, load_column_config(options.config), source=str(options.input)
-    )
+    source = str(options.input)
+    if read.sheet is not None:  # a wrong sheet is the usual cause of a missing column
+        first = ", the first; --sheet NAME reads another" if options.sheet is None else ""
+        source += f" (sheet {read.sheet!r}{first})"
+    mapping = map_columns(raw.columns, load_column_config(options.config), source=source)
     row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
     requests = normalize(raw, mapping).with_columns(
         reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
