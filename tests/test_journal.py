@@ -485,23 +485,52 @@ def test_stored_answers_come_from_the_file_the_state_names(tmp_path):
     journal.close()
 
 
-@pytest.mark.parametrize("previous_rows", [[1, 2, 3, 4, 5], [1, 2, 3], [5, 4, 3, 2, 1, 6]])
-def test_changed_verdicts_pair_rows_by_number_however_the_files_differ(previous_rows):
-    from pipeline.batch.run import changed_verdicts
+def _changes_listed(book: Path) -> list[tuple[int, str, str]]:
+    """The Summary sheet's table of changed verdicts: (row, old verdict, new verdict)."""
+    import openpyxl
 
-    old = {1: "match", 2: "partial", 3: None, 4: "no_match", 5: "match", 6: "match"}
-    previous = pl.DataFrame({"row_number": previous_rows,
-                             "old_verdict": [old[r] for r in previous_rows]})  # fmt: skip
+    from pipeline.io.xlsx_summary import CHANGES_TITLE
 
-    class LastRun:
-        def previous_verdicts(self) -> pl.DataFrame:
-            return previous
+    rows = list(openpyxl.load_workbook(book)["Summary"].iter_rows(values_only=True))
+    start = next(i for i, row in enumerate(rows) if row[0] == CHANGES_TITLE) + 2
+    listed = []
+    for row in rows[start:]:
+        if not isinstance(row[0], int):
+            break
+        listed.append((row[0], row[1], row[2]))
+    return listed
 
-    results = pl.DataFrame({"row_number": [1, 2, 3, 4], "verdict": ["match", "match", "match",
-                            "partial"]})  # fmt: skip
-    changed = changed_verdicts(results, LastRun())  # type: ignore[arg-type]
-    expected = [(2, "partial", "match"), (4, "no_match", "partial")]
-    assert changed.rows() == [r for r in expected if r[0] in previous_rows]
+
+def test_changed_verdicts_follow_listings_however_rows_move(tmp_path):
+    """A row added at the top, one deleted, the rest sorted anew, two prices edited: the
+    changes are the edited listings whose verdict flipped, named by their new row numbers."""
+    job = Job(tmp_path)
+    job.out = tmp_path / "scored.parquet"
+    listings = read_table(SAMPLE / "portfolio.csv").head(60)
+    source = tmp_path / "listings.csv"
+    listings.write_csv(source)
+    book = tmp_path / "scored.xlsx"
+    assert job.score(source, "-o", str(book)) == 0
+    first = pl.read_parquet(job.out).with_columns(pl.int_range(pl.len()).alias("i"))
+    flips = first.filter(pl.col("verdict") == "match")["i"].head(2).to_list()
+
+    edited = listings.with_columns(
+        pl.when(pl.int_range(pl.len()).is_in(flips)).then(pl.lit("99000000"))
+        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+    )  # fmt: skip
+    moved = pl.concat([listings.head(1), edited.slice(1, 58).reverse()])  # row 60 deleted
+    moved.write_csv(source)
+    assert job.score(source, "-o", str(book)) == 0
+    second = pl.read_parquet(job.out)
+    changed = _changes_listed(book)
+    expected = [
+        (row, "match", verdict)
+        for row, listing, verdict in zip(
+            second["row_number"], moved["Listing ID"], second["verdict"], strict=True
+        )
+        if listing in listings["Listing ID"].gather(flips).to_list() and verdict != "match"
+    ]
+    assert changed == sorted(expected) and len(changed) == 2
 
 
 def test_rows_in_doubt_replayed_in_a_run_of_a_changed_file_cost_nothing_in_it(
@@ -554,3 +583,19 @@ def test_a_large_run_stopped_by_its_budget_finishes_when_run_again(tmp_path):
     assert job.results()["status"].value_counts().sort("status").rows() == [
         ("rejected", 2340), ("scored", 8790)
     ]  # fmt: skip
+
+
+def test_a_listing_skipped_tonight_keeps_its_last_verdict_for_the_next_comparison(tmp_path):
+    from pipeline.batch.journal import Journal
+
+    journal = Journal(tmp_path / "job.journal")
+    keys = pl.Series("listing", [1, 2, 3], dtype=pl.UInt64)
+    journal.save_verdicts(pl.DataFrame({"verdict": ["match", "partial", "no_match"]}).with_columns(
+        listing=keys))  # fmt: skip
+    journal.save_verdicts(
+        pl.DataFrame(
+            {"verdict": [None, "match", None]}, schema={"verdict": pl.String}
+        ).with_columns(listing=keys)
+    )  # a night that skipped rows 1 and 3
+    assert journal.previous_verdicts().rows() == [(1, "match"), (2, "match"), (3, "no_match")]
+    journal.close()

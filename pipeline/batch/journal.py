@@ -64,6 +64,10 @@ STATE_SCHEMA: dict[str, pl.DataType] = {
     "result_file": pl.String(),
     "scored_at": pl.Float64(),
 }
+# The column of verdicts.parquet holding listing keys: named after the polars version whose
+# hash made them, so keys of another version are never compared (polars.Expr.hash is stable
+# within a version only).
+LISTING_KEY = f"listing_polars_{pl.__version__}"
 _ROWS_SCHEMA = {"fingerprint": pl.String(), "idempotency_key": pl.String(), "cost": pl.Int64()}
 _ANSWERED_SCHEMA = {"status": pl.String(), "scored_at": pl.Float64()}  # of an answers file
 _FINAL = ("scored", "rejected")
@@ -257,10 +261,16 @@ class Journal:
         ).drop("_order")
 
     def previous_verdicts(self) -> pl.DataFrame:
+        """The last verdict of each listing (`listing`, `old_verdict`); empty if none was kept,
+        or kept under another listing key (an older version: nothing to compare with)."""
         path = self.files / "verdicts.parquet"
+        empty = pl.DataFrame(schema={"listing": pl.UInt64, "old_verdict": pl.String})
         if not path.exists():
-            return pl.DataFrame(schema={"row_number": pl.Int64, "old_verdict": pl.String})
-        return pl.read_parquet(path).rename({"verdict": "old_verdict"})
+            return empty
+        stored = pl.read_parquet(path)
+        if LISTING_KEY not in stored.columns:
+            return empty
+        return stored.select(listing=LISTING_KEY, old_verdict="verdict")
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -323,8 +333,15 @@ class Journal:
             )
 
     def save_verdicts(self, verdicts: pl.DataFrame) -> None:
-        """This run's verdict of every row (row_number, verdict), for the next run's changes."""
-        self._write(verdicts.select("row_number", "verdict"), "verdicts.parquet")
+        """Each listing's latest verdict (`listing`, `verdict`: this run's, or the last one
+        known when this run has none, a row skipped tonight), for the next run's changes."""
+        previous = self.previous_verdicts()
+        latest = verdicts.select("listing", "verdict")
+        if not previous.is_empty():
+            latest = latest.join(previous, on="listing", how="left").select(
+                "listing", verdict=pl.coalesce("verdict", "old_verdict")
+            )
+        self._write(latest.rename({"listing": LISTING_KEY}), "verdicts.parquet")
 
     def compact(self, freshness_days: float) -> None:
         """One rows file and one answers file holding every final answer still fresh."""

@@ -29,6 +29,7 @@ from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_COLUMNS, RESULT
 from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
+from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import UsageError
 from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
@@ -418,7 +419,7 @@ def _answer_again(
     )  # fmt: skip
     for output in options.outputs:
         write_output(output, results, rejects=rejects, summary=summary, csv_bom=options.csv_bom)
-    journal.save_verdicts(results)
+    # The listings' verdicts kept by the run answered again are this run's too: unchanged.
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), None)
 
@@ -452,25 +453,42 @@ def make_plan(
     )
 
 
-def changed_verdicts(results: pl.DataFrame, journal: Journal | None) -> pl.DataFrame | None:
-    """Rows whose verdict differs from the last run's verdict of the same row."""
+def listing_keys(requests: pl.DataFrame) -> pl.Series:
+    """Per row, which listing it is from one run to the next, whatever its position: its
+    request without the price (the field an edit most often changes, and with it the
+    verdict). An edit of another field makes it a new listing, with no change to report."""
+    return requests.select(pl.struct(_LISTING_FIELDS).hash(_LISTING_SEED).alias("listing"))[
+        "listing"
+    ]
+
+
+_LISTING_FIELDS = [c for c in REQUEST_SCHEMA if c not in ("price", "reasoning")]
+_LISTING_SEED = 20261123
+
+
+def changed_verdicts(
+    results: pl.DataFrame, listings: pl.Series, journal: Journal | None
+) -> pl.DataFrame | None:
+    """Rows whose verdict differs from the last verdict of the same listing (`listings`, one
+    key per row of `results`). Listings that occur more than once (tonight or last time)
+    cannot be paired, and are left out."""
     if journal is None:
         return None
     previous = journal.previous_verdicts()
     if previous.is_empty():
         return None
-    rows = min(previous.height, results.height)
-    if previous["row_number"].head(rows).equals(results["row_number"].head(rows)):
-        # Both in row order, as the journal keeps them: side by side, no join (0.2 s a million)
-        both = previous.head(rows).with_columns(new_verdict=results["verdict"].head(rows))
-    else:
-        now_verdicts = results.select("row_number", new_verdict="verdict")
-        both = previous.join(now_verdicts, on="row_number", how="inner").sort("row_number")
+    now_verdicts = results.select("row_number", new_verdict="verdict").with_columns(
+        listing=listings
+    )
+    once = pl.len().over("listing") == 1
+    both = now_verdicts.filter(once).join(
+        previous.filter(once), on="listing", how="inner", maintain_order="left"
+    )
     return both.filter(
         pl.col("old_verdict").is_not_null()
         & pl.col("new_verdict").is_not_null()
         & (pl.col("old_verdict") != pl.col("new_verdict"))
-    )
+    ).select("row_number", "old_verdict", "new_verdict")
 
 
 def _same_file(output: Path, source: Path) -> bool:
@@ -533,7 +551,8 @@ def run_batch(
     scored = score_requests(unique, executor, context, progress)
     results = assemble(prepared, keyed, scored.drop("fingerprint"))
     rejects = rejects_table(prepared)
-    changes = changed_verdicts(results, journal)
+    listings = listing_keys(prepared.requests)
+    changes = changed_verdicts(results, listings, journal)
 
     balance_after = scorer.balance()
     if balance_before is None and balance_after is not None:
@@ -567,7 +586,8 @@ def run_batch(
         # answers from.
         saved = []
         if journal is not None:
-            saved.append(beside.submit(journal.save_verdicts, results))
+            verdicts = results.select("verdict").with_columns(listing=listings)
+            saved.append(beside.submit(journal.save_verdicts, verdicts))
         if keeping is not None and parquet is None:
             saved.append(beside.submit(keeping.write_last_run, results, rejects))
         for output in options.outputs:
