@@ -599,3 +599,21 @@ def test_a_listing_skipped_tonight_keeps_its_last_verdict_for_the_next_compariso
     )  # a night that skipped rows 1 and 3
     assert journal.previous_verdicts().rows() == [(1, "match"), (2, "match"), (3, "no_match")]
     journal.close()
+
+
+def test_a_last_run_kept_with_unexplained_rows_is_not_answered_again(tmp_path, monkeypatch):
+    """Up to 640bbde such a run exited 0 and was kept as finished: after the upgrade its
+    rerun must fetch the explanations, not replay the kept output for ever."""
+    import pipeline.batch.run as run
+
+    job = Job(tmp_path)
+    source = tmp_path / "listings.csv"
+    read_table(SAMPLE / "portfolio.csv").head(60).write_csv(source)
+    with monkeypatch.context() as old_code:
+        old_code.setattr(run, "exit_code_for", lambda statuses, unexplained=None: 0)
+        assert job.score(source, "--reasoning", "borderline", "--budget", "60") == 0
+    assert job.results().filter(pl.col("error_code") == "reasoning_skipped").height > 0
+    spent = job.charged()
+    assert job.score(source, "--reasoning", "borderline") == 0
+    assert job.charged() > spent
+    assert job.results().filter(pl.col("error_code") == "reasoning_skipped").height == 0

@@ -424,6 +424,12 @@ def _answer_again(
     return BatchOutcome(summary, results, rejects, list(options.outputs), None)
 
 
+def _unexplained(results: pl.DataFrame) -> bool:
+    """Rows left without their borderline explanation: a last run kept as finished before
+    that made a run exit 3 (up to 640bbde) is not finished, and is run again."""
+    return bool(results["error_code"].is_in([REASONING_SKIPPED, REASONING_FAILED]).any())
+
+
 def make_plan(
     unique: pl.DataFrame, prepared: Prepared, keyed: pl.DataFrame, scorer: Scorer,
     journal: Journal | None, options: BatchOptions, freshness_days: float,
@@ -523,7 +529,7 @@ def run_batch(
     key = f"{fingerprint}:{_options_key(options, scorer)}"
     if journal is not None and not dry_run:
         last = journal.last_run(key, now() - freshness_days * SECONDS_PER_DAY)
-        if last is not None:
+        if last is not None and not _unexplained(last[0]):
             return _answer_again(options, scorer, journal, last, fingerprint, workspace, clock)
     prepared = prepare(options)
     for output in options.outputs:
