@@ -454,6 +454,9 @@ def test_a_journal_paid_by_one_workspace_is_not_reused_by_another(
     beta_key = service.accounts.create_key("beta-agency").key
     argv = ["score", str(small), "-o", str(tmp_path / "o.csv"), "--api-url", service.url,
             "--journal", str(tmp_path / "job.journal"), "--json"]  # fmt: skip
+    monkeypatch.setenv("DECISIONS_API_KEY", beta_key)
+    assert main([*argv, "--dry-run"]) == 0  # a dry run claims nothing
+    capsys.readouterr()
     monkeypatch.setenv("DECISIONS_API_KEY", service.key)
     assert main(argv) == 0
     paid = 10_000 - service.balance()
@@ -461,6 +464,8 @@ def test_a_journal_paid_by_one_workspace_is_not_reused_by_another(
 
     monkeypatch.setenv("DECISIONS_API_KEY", beta_key)
     assert main(argv) == 2  # beta would have had acme's answers for nothing
+    assert main([*argv, "--dry-run"]) == 2  # and says so before anything is paid
+    assert main([*argv, "--dry-run", "--fresh"]) == 0
     assert "paid by workspace 'acme'" in capsys.readouterr().err
     assert service.ledger.workspace("beta").balance == 1_000
 

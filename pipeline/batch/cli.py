@@ -157,8 +157,14 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         journal = Journal(path)
         if args.fresh and not args.dry_run:
             journal.reset()
-        if owner is not None:
-            journal.claim_for(owner, hint="--workspace NAME (one journal per workspace)")
+        if owner is not None and not (args.dry_run and args.fresh):
+            # A dry run checks, and leaves the journal as it was.
+            journal.claim_for(
+                owner,
+                hint="--workspace NAME (one journal per workspace), or --fresh to score the "
+                "file again for this workspace",
+                record=not args.dry_run,
+            )
         outcome = run_batch(
             options,
             scorer,

@@ -136,11 +136,13 @@ class Journal:
         """The input fingerprint of a run that started and did not finish, if any."""
         return self._meta("open_run")
 
-    def claim_for(self, workspace: str, *, hint: str) -> None:
-        """Record that this job's answers are paid by `workspace`; UsageError if another
-        workspace paid for them (its answers are not this one's to reuse)."""
-        owner = self._meta("workspace") or self._set_meta("workspace", workspace)
-        if owner != workspace:
+    def claim_for(self, workspace: str, *, hint: str, record: bool = True) -> None:
+        """Record that this job's answers are paid by `workspace` (unless not `record`: a
+        dry run); UsageError if another workspace paid for them (not this one's to reuse)."""
+        owner = self._meta("workspace")
+        if owner is None and record:
+            owner = self._set_meta("workspace", workspace)
+        if owner is not None and owner != workspace:
             raise UsageError(
                 f"{self.path}: this job's answers were paid by workspace {owner!r}, and the "
                 f"API key spends from {workspace!r}; give each workspace its own journal: "
