@@ -198,6 +198,13 @@ def test_config_file_not_found(tmp_path: Path) -> None:
         ("Area (acres)", "area"),
         ("المساحة (دونم)", "area"),
         ("Size (ft²)", "area"),
+        ("Price (SAR 000s)", "price"),
+        ("Price (1000 SAR)", "price"),
+        ("Price (x1,000)", "price"),
+        ("Price (kSAR)", "price"),
+        ("Price (MSAR)", "price"),
+        ("Price (SARm)", "price"),
+        ("Area (sf)", "area"),
     ],
 )
 def test_a_header_in_another_unit_is_not_taken(header: str, field: str) -> None:
@@ -224,3 +231,12 @@ def test_headers_in_the_fields_own_units_or_with_notes_still_match() -> None:
 def test_age_in_months_is_not_taken_for_age() -> None:
     mapped = map_columns(["Price", "Area", "type", "city", "Age (months)"], CONFIG, source="x")
     assert mapped.fields["age"] is None
+
+
+def test_an_alias_of_ones_own_that_names_a_unit_is_taken(tmp_path: Path) -> None:
+    config = tmp_path / "mapping.toml"
+    config.write_text('[aliases]\nprice = ["Price (k)", "price"]\n', encoding="utf-8")
+    mapped = map_columns(
+        ["Price (k)", "Area", "type", "city"], load_column_config(config), source="x"
+    )
+    assert mapped.fields["price"] == "Price (k)"

@@ -80,18 +80,19 @@ _RATE = re.compile(r"/|\bper\b|لكل|للمتر")
 _OTHER_UNITS: dict[str, tuple[str, ...]] = {
     "price": (
         "usd", "us", "dollar", "dollars", "eur", "euro", "euros", "gbp", "aed", "dirham",
-        "thousand", "thousands", "k", "000", "m", "mn", "mm", "mil", "million", "millions",
-        "bn", "billion", "الف", "بالالف", "الاف", "بالاف", "مليون", "بالمليون", "ملايين",
-        "دولار", "بالدولار", "درهم",
+        "thousand", "thousands", "k", "000", "000s", "1000", "x1000", "ksar", "sar000", "m",
+        "mn", "mm", "mil", "million", "millions", "msar", "sarm", "sar m", "sar k", "bn",
+        "billion", "الف", "بالالف", "الاف", "بالاف", "مليون", "بالمليون", "ملايين", "دولار",
+        "بالدولار", "درهم",
     ),
     "area": (
-        "ft", "ft2", "feet", "foot", "sqft", "sq ft", "square feet", "square foot", "acre",
-        "acres", "ha", "hectare", "hectares", "dunam", "dunum", "donum", "km", "km2",
-        "دونم", "هكتار", "فدان", "قدم", "كم", "كم2",
+        "ft", "ft2", "feet", "foot", "sf", "sqf", "sqft", "sq ft", "square feet",
+        "square foot", "acre", "acres", "ha", "hectare", "hectares", "dunam", "dunum",
+        "donum", "km", "km2", "دونم", "هكتار", "فدان", "قدم", "كم", "كم2",
     ),
     "age": ("month", "months", "mo", "days", "day", "شهر", "اشهر", "بالاشهر", "يوم", "ايام"),
 }  # fmt: skip
-_CURRENCY_SIGNS = re.compile("[$€£]")
+_PRICE_SCALE = re.compile(r"[$€£]|000")  # a currency sign, or thousands ("SAR '000", "x1,000")
 
 
 def other_unit(header: str, name: str) -> str | None:
@@ -99,7 +100,7 @@ def other_unit(header: str, name: str) -> str | None:
     words = _OTHER_UNITS.get(name, ())
     for part in _BRACKETED.findall(header):
         key = f" {header_key(part)} "
-        if (name == "price" and _CURRENCY_SIGNS.search(part)) or any(
+        if (name == "price" and _PRICE_SCALE.search(part)) or any(
             f" {word} " in key for word in words
         ):
             return part
@@ -195,13 +196,21 @@ def map_columns(headers: list[str], config: ColumnConfig, *, source: str) -> Col
         claimed.add(header)
 
     by_key = {header_key(a): f for f, names in config.aliases.items() for a in names}
+    # Aliases that name a unit themselves ("Price (k)" in a --config): the header is meant.
+    spelled_out = {
+        header_key(a) for f, names in config.aliases.items() for a in names if other_unit(a, f)
+    }
     candidates: dict[str, list[str]] = {}
     for header in headers:
         if header in claimed:
             continue
         matched = by_key.get(header_key(header))
-        if matched is not None and other_unit(header, matched):
-            matched = None  # "Price ($)": its key is "price", its unit not SAR
+        if (
+            matched is not None
+            and other_unit(header, matched)
+            and header_key(header) not in spelled_out
+        ):
+            matched = None  # "Price ($)" has the key of alias "price", but not its unit
         else:
             matched = matched or _loose_match(header, by_key)
         if matched is not None and matched not in config.explicit:
