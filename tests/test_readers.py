@@ -392,3 +392,29 @@ def test_a_quote_never_closed_is_refused_with_its_line(
 ) -> None:
     with pytest.raises(InputError, match=re.escape(where)):
         read_table(write(tmp_path, "x.csv", data))
+
+
+def test_a_cp1256_file_with_a_pasted_utf8_word_is_refused(tmp_path: Path) -> None:
+    rows = ["city,district"] + ["الرياض,الملقا"] * 30
+    data = ("\n".join(rows) + "\n").encode("cp1256") + "الرياض,".encode("cp1256")
+    data += "النرجس".encode() + b"\n"
+    with pytest.raises(InputError, match="is Windows-1256 text except at byte"):
+        read_table(write(tmp_path, "x.csv", data))
+
+
+def test_utf16_without_a_bom_is_read_however_arabic_it_is(tmp_path: Path) -> None:
+    text = "city\tnote\n" + "الرياض\t" + "ملاحظة طويلة جدا " * 40 + "\n"
+    frame = read_table(write(tmp_path, "x.csv", text.encode("utf-16-le")))
+    assert frame["city"].to_list() == ["الرياض"]
+
+
+def test_the_lenient_reader_keeps_a_crlf_inside_a_quoted_cell(tmp_path: Path) -> None:
+    data = b'city,note\r\nRiyadh,"two\r\nlines"\r\nJeddah,TV 55" wide\r\n'
+    frame = read_table(write(tmp_path, "x.csv", data))
+    assert frame["note"].to_list() == ["two\r\nlines", 'TV 55" wide']
+
+
+def test_cr_lines_with_a_line_break_inside_a_cell(tmp_path: Path) -> None:
+    data = b'type;city\rvilla;Riyadh\rapartment;"Riy\nadh"\r'
+    frame = read_table(write(tmp_path, "x.csv", data))
+    assert frame.rows() == [("villa", "Riyadh"), ("apartment", "Riy\nadh")]

@@ -51,7 +51,7 @@ def read_csv(
     else:
         data = _decode(path, path.read_bytes(), codec)
         if _old_mac_lines(data[:SNIFF_BYTES]):
-            data = data.replace("\r", "\n")
+            data = _LONE_CR.sub("\n", data)
         text_head = data[:SNIFF_BYTES]
         source = data.encode("utf-8")
 
@@ -79,10 +79,11 @@ def read_csv(
 
 
 def _old_mac_lines(head: bytes | str) -> bool:
-    """Lines ended by CR alone (classic Mac OS, Excel's "CSV (Macintosh)")."""
-    if isinstance(head, str):
-        return "\r" in head and "\n" not in head
-    return b"\r" in head and b"\n" not in head
+    """Lines ended by CR alone (classic Mac OS, Excel's "CSV (Macintosh)"): more lone CRs
+    than LFs (an LF may still be a line break inside a cell, Excel's Alt+Enter)."""
+    text = head.decode("latin-1") if isinstance(head, bytes) else head
+    lone_cr = text.count("\r") - text.count("\r\n")
+    return lone_cr > text.count("\n")
 
 
 def _polars_read(source: Path | bytes, separator: str, skip: int) -> pl.DataFrame:
@@ -131,8 +132,9 @@ def _lenient_read(path: Path, source: Path | bytes, separator: str, skip: int) -
 
 
 def _text_of(source: Path | bytes) -> str:
+    """The text as it is: line ends untouched (a CRLF inside a quoted cell stays one)."""
     if isinstance(source, Path):
-        return source.read_text(encoding="utf-8-sig", errors="replace")
+        return source.read_bytes().decode("utf-8-sig", errors="replace")
     return source.decode("utf-8")
 
 
@@ -185,11 +187,11 @@ def _detect_encoding(path: Path, head: bytes) -> str:
     sample = head[:4096]
     if b"\x00" in sample:
         even, odd = sample[0::2].count(0), sample[1::2].count(0)
-        # ASCII characters (separators, digits, line ends) leave a NUL in their high byte: in
-        # UTF-16 text a good share of the bytes are NUL, all on one side.
-        if even == 0 and odd >= len(sample) // 8:
+        # ASCII characters (separators, digits, line ends) leave a NUL in their high byte, all
+        # on one side; and UTF-16 text has line ends ("\n" read as UTF-16), a stray NUL not.
+        if even == 0 and _has_lines(sample, "utf-16-le"):
             return "utf-16-le"
-        if odd == 0 and even >= len(sample) // 8:
+        if odd == 0 and _has_lines(sample, "utf-16-be"):
             return "utf-16-be"
         raise InputError(
             f"{path}: contains NUL bytes ({_where(head, head.index(0))}) and is not text; "
@@ -207,6 +209,12 @@ def _detect_encoding(path: Path, head: bytes) -> str:
                 f"encodings (pasted text?); re-save it as UTF-8, or {ENCODING_HINT}"
             ) from None
     if _looks_arabic_cp1256(head):
+        pasted = _UTF8_ARABIC_WORD.search(head)
+        if pasted is not None:
+            raise InputError(
+                f"{path}: is Windows-1256 text except at {_where(head, pasted.start())}, which "
+                f"is UTF-8 (pasted text?); re-save it as UTF-8, or {ENCODING_HINT}"
+            )
         return "cp1256"
     raise InputError(
         f"{path}: is not UTF-8 text and its encoding is not recognised; {ENCODING_HINT}"
@@ -215,6 +223,15 @@ def _detect_encoding(path: Path, head: bytes) -> str:
 
 _UTF8_ARABIC = re.compile(rb"[\xd8-\xdb][\x80-\xbf]")
 _ASCII = bytes(range(128))
+_LONE_CR = re.compile("\r(?!\n)")
+# Three Arabic letters in UTF-8 in a row: in Windows-1256 text that would be three of four
+# letters each followed by a symbol, which no word is.
+_UTF8_ARABIC_WORD = re.compile(rb"(?:[\xd8-\xdb][\x80-\xbf]){3}")
+
+
+def _has_lines(sample: bytes, codec: str) -> bool:
+    text = sample[: len(sample) // 2 * 2].decode(codec, errors="replace")
+    return "\n" in text
 
 
 def _mostly_utf8_arabic(data: bytes) -> bool:
