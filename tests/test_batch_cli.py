@@ -73,6 +73,9 @@ def test_scores_the_sample_portfolio_into_three_formats(tmp_path, db):
     assert isinstance(scored_cell.value, int)
     assert all(c.data_type != "f" for row in results.iter_rows() for c in row)
     assert workbook["Rejects"].max_row == REJECTED + 1
+    reasons = [row[-1] for row in workbook["Rejects"].iter_rows(min_row=2)]
+    assert any("'المساحة'" in str(c.value) for c in reasons)  # English, quoting Arabic headers
+    assert all(c.alignment.readingOrder != 2 for c in reasons)  # ...so left to right
 
 
 def test_duplicates_are_scored_once_and_copies_cost_nothing(tmp_path, db):

@@ -26,6 +26,7 @@ from pipeline.io.xlsx_text import (
     has_arabic,
     looks_like_formula,
     plain_numbers,
+    reads_right_to_left,
 )
 from tests.test_writers import (
     ORIGINALS,
@@ -340,3 +341,19 @@ def test_vectorised_pre_check_never_misses_a_cell_that_needs_a_look(text: str) -
     flagged = pl.Series([text]).str.contains(NEEDS_A_LOOK)[0]
     if has_arabic(text) or looks_like_formula(text):
         assert flagged
+
+
+@pytest.mark.parametrize(
+    ("text", "rtl"),
+    [
+        ("شقة في حي النرجس", True),
+        ("«الرياض» 2024", True),
+        ("12 شارع الملك فهد", True),
+        ("row 18, column 'المساحة': '-50': property.area must be a positive number", False),
+        ("Riyadh / الرياض", False),
+        ("café", False),
+        ("-50", False),
+    ],
+)
+def test_text_reads_right_to_left_when_its_first_letter_is_arabic(text: str, rtl: bool) -> None:
+    assert reads_right_to_left(text) is rtl

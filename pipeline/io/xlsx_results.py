@@ -19,7 +19,7 @@ from pipeline.io.xlsx_styles import (
     column_widths,
     number_format,
 )
-from pipeline.io.xlsx_text import ARABIC, FORMULA_FIRST, NEEDS_A_LOOK, has_arabic, plain_numbers
+from pipeline.io.xlsx_text import FORMULA_FIRST, NEEDS_A_LOOK, plain_numbers, reads_right_to_left
 
 # Excel's "number stored as text" warning triangle, shown on the input's own columns when
 # they hold text like "1,500,000" on purpose.
@@ -29,7 +29,7 @@ _WHOLE_SHEET = "A1:XFD1048576"
 def write_header(sheet: Worksheet, formats: Formats, columns: Iterable[str]) -> None:
     for index, name in enumerate(columns):
         sheet.write_string(
-            0, index, name, formats.header_rtl if has_arabic(name) else formats.header
+            0, index, name, formats.header_rtl if reads_right_to_left(name) else formats.header
         )
 
 
@@ -56,11 +56,11 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     write_string = sheet.write_string
     write_number = sheet.write_number
     rtl, quoted, rtl_quoted = formats.text.rtl, formats.text.quoted, formats.text.rtl_quoted
-    arabic_search = ARABIC.search
+    rtl_text = reads_right_to_left
     formula_first = FORMULA_FIRST
 
     def write_text(r: int, c: int, v: str) -> None:
-        if v.isascii() or arabic_search(v) is None:
+        if not rtl_text(v):
             write_string(r, c, v, quoted if v[0] in formula_first else None)
         else:
             write_string(r, c, v, rtl_quoted if v[0] in formula_first else rtl)
@@ -79,7 +79,7 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
                     write_string(r, c, v, quoted)
                 else:
                     write_string(r, c, v)
-            elif arabic_search(v) is None:
+            elif not rtl_text(v):
                 write_string(r, c, v, quoted if v[0] in formula_first else None)
             else:
                 write_string(r, c, v, rtl_quoted if v[0] in formula_first else rtl)

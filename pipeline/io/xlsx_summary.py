@@ -13,7 +13,7 @@ from xlsxwriter.worksheet import Worksheet
 
 from pipeline.batch.summary import RunSummary
 from pipeline.io.xlsx_styles import TONE_OF_VALUE, Formats
-from pipeline.io.xlsx_text import has_arabic, looks_like_formula
+from pipeline.io.xlsx_text import looks_like_formula, reads_right_to_left
 
 SHEET = "Summary"
 CHANGES_TITLE = "Changed since last run"
@@ -84,7 +84,7 @@ def _write_value_row(
 def _write_text(sheet: Worksheet, formats: Formats, row: int, col: int, text: str) -> None:
     if text:
         sheet.write_string(
-            row, col, text, formats.text.pick(has_arabic(text), looks_like_formula(text))
+            row, col, text, formats.text.pick(reads_right_to_left(text), looks_like_formula(text))
         )
 
 

@@ -41,6 +41,18 @@ def has_arabic(text: str) -> bool:
     return not text.isascii() and ARABIC.search(text) is not None
 
 
+_FIRST_LETTER = re.compile(r"[^\W\d_]")
+
+
+def reads_right_to_left(text: str) -> bool:
+    """True when the first letter is Arabic (the Unicode rule for a paragraph's direction):
+    an Arabic name or sentence, but not an English message that quotes an Arabic header."""
+    if text.isascii():
+        return False
+    first = _FIRST_LETTER.search(text)
+    return first is not None and ARABIC.match(first.group()) is not None
+
+
 def looks_like_formula(text: str) -> bool:
     return text[:1] in FORMULA_FIRST
 
