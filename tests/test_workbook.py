@@ -112,6 +112,7 @@ def test_original_columns_are_the_users_text_and_plain_numbers_are_numbers(book:
         ("12345678901", 12345678901), ("123456789012", None), ("00123", None), ("1.50", None),
         ("1e6", None), ("-0", None),
         ("1,500,000", None), ("٢٥", None), (" 5", None), ("5.", None), (".5", None),
+        ("0.0001", 0.0001), ("0.00001", None), ("-0.00000001", None),
     ],
 )  # fmt: skip
 def test_only_text_that_shows_the_same_as_a_number_becomes_one(

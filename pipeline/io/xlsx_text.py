@@ -20,9 +20,9 @@ ARABIC = re.compile("[\u0600-\u06ff]")
 # The same test as a polars pattern: a value that may be Arabic or start like a formula.
 NEEDS_A_LOOK = r"^[=+\-@\t\r]|[^\x00-\x7f]"
 # Text that is a plain number and shows the same as a number in Excel's General format (at
-# most 11 characters, no leading zero, no trailing decimal zero): written as a number, so that
-# an input column of prices sums and sorts as numbers. "1,500,000", "00123", "1.50", "1e6"
-# and long identifiers stay text.
+# most 11 characters, no leading zero, no trailing decimal zero, not below 0.0001): written
+# as a number, so that an input column of prices sums and sorts as numbers. "1,500,000",
+# "00123", "1.50", "1e6" and long identifiers stay text.
 PLAIN_NUMBER = r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]*[1-9])?$"
 PLAIN_NUMBER_MAX_CHARS = 11
 
@@ -33,6 +33,7 @@ def plain_numbers(column: pl.Expr) -> pl.Expr:
         column.str.contains(PLAIN_NUMBER)
         & (column.str.len_chars() <= PLAIN_NUMBER_MAX_CHARS)
         & (column != "-0")
+        & ~column.str.contains(r"^-?0\.0000")  # General shows 0.00000001 as 1E-08
     )
     return pl.when(plain).then(column.cast(pl.Float64, strict=False))
 
