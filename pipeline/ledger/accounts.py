@@ -244,8 +244,9 @@ class SqliteAccounts:
         prefix, _, last = prefix.partition("...")
         matches = [k for k in self._keys("k.prefix = ?", (prefix,)) if last in ("", k.last_chars)]
         if not matches:
-            shown = prefix if len(prefix) <= len(KEY_PREFIX) + _DISPLAY_CHARS else "that prefix"
-            raise AccountError(f"no API key with prefix {shown!r}")
+            if len(prefix) > len(KEY_PREFIX) + _DISPLAY_CHARS:  # a mistyped key: never echo it
+                raise AccountError("no API key matches; give its prefix as `key list` shows it")
+            raise AccountError(f"no API key with prefix {prefix!r}")
         if len(matches) > 1:
             raise AccountError(f"several keys start with {prefix!r}; give prefix...last too")
         return self._revoke(matches[0])
