@@ -617,3 +617,31 @@ def test_a_last_run_kept_with_unexplained_rows_is_not_answered_again(tmp_path, m
     assert job.score(source, "--reasoning", "borderline") == 0
     assert job.charged() > spent
     assert job.results().filter(pl.col("error_code") == "reasoning_skipped").height == 0
+
+
+def test_a_borderline_plan_after_a_budget_stop_counts_the_explanations_owed(tmp_path, capsys):
+    """The plan's figures against what the real run then spends: the explanations of rows
+    already known partial are certain; the worst case adds 3 for each row still unscored."""
+    import json
+
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv", "--reasoning", "borderline", "--budget", "100") == 3
+    before = job.charged()
+    partial_unexplained = job.results().filter(pl.col("error_code") == "reasoning_skipped").height
+    capsys.readouterr()
+    assert (
+        job.score(SAMPLE / "portfolio.csv", "--reasoning", "borderline", "--dry-run", "--json") == 0
+    )
+    plan = json.loads(capsys.readouterr().out)
+    unscored = DISTINCT_VALID - 100
+    assert plan["scoring_decisions"] == unscored
+    assert plan["reasoning_decisions"] == 3 * partial_unexplained > 0
+    assert plan["borderline_worst_case"] == unscored + 3 * partial_unexplained + 3 * unscored
+    assert job.score(SAMPLE / "portfolio.csv", "--reasoning", "borderline") == 0
+    spent = job.charged() - before
+    assert plan["decisions_needed"] <= spent <= plan["borderline_worst_case"]
+    capsys.readouterr()
+    assert (
+        job.score(SAMPLE / "portfolio.csv", "--reasoning", "borderline", "--dry-run", "--json") == 0
+    )
+    assert json.loads(capsys.readouterr().out)["borderline_worst_case"] == 0  # all known now

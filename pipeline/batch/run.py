@@ -33,7 +33,7 @@ from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import UsageError
 from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
-from pipeline.ledger.base import cost_of
+from pipeline.ledger.base import COST_WITH_REASONING, cost_of
 
 ReasoningMode = Literal["none", "all", "borderline"]
 INPUT_SUFFIX = " (input)"  # appended to an input header that clashes with a result column
@@ -430,6 +430,17 @@ def _unexplained(results: pl.DataFrame) -> bool:
     return bool(results["error_code"].is_in([REASONING_SKIPPED, REASONING_FAILED]).any())
 
 
+def _known_partial(
+    unique: pl.DataFrame, reused: pl.DataFrame, journal: Journal | None
+) -> pl.DataFrame:
+    """The rows of `unique` whose scoring answer in the journal (`reused`) is partial."""
+    if journal is None or reused.is_empty():
+        return unique.clear()
+    verdicts = journal.results(reused)["verdict"]
+    partial = reused.filter(verdicts == "partial").select("request_id")
+    return unique.join(partial, on="request_id", how="semi")
+
+
 def make_plan(
     unique: pl.DataFrame, prepared: Prepared, keyed: pl.DataFrame, scorer: Scorer,
     journal: Journal | None, options: BatchOptions, freshness_days: float,
@@ -437,22 +448,33 @@ def make_plan(
     mode = options.reasoning
     first = triage(unique, journal, freshness_days=freshness_days, now=now())
     to_send = first.new.height + first.in_doubt.height
+    in_doubt = first.in_doubt.height
     new_cost = int(first.new["cost"].sum() or 0)
+    reasoning = new_cost if mode == "all" else 0
     worst = None
     if mode == "borderline":
-        worst_reasoning = triage(
-            costed(unique, True, scorer.version), journal, freshness_days=freshness_days, now=now()
+        # Explanations owed for verdicts the journal already holds as partial are certain;
+        # each row still to be scored may turn out partial too (the worst case).
+        explain = _known_partial(unique, first.reuse, journal)
+        second = triage(
+            costed(explain, True, scorer.version), journal, freshness_days=freshness_days,
+            now=now(),
+        )  # fmt: skip
+        reasoning = int(second.new["cost"].sum() or 0)
+        in_doubt += second.in_doubt.height
+        to_send += second.new.height + second.in_doubt.height
+        worst = (
+            new_cost + reasoning + COST_WITH_REASONING * (first.new.height + first.in_doubt.height)
         )
-        worst = new_cost + int(worst_reasoning.new["cost"].sum() or 0)
     return Plan(
         rows_total=prepared.raw.height,
         rejected=int(prepared.problems["error_field"].is_not_null().sum()),
         duplicates=keyed.height - unique.height,
         already_scored=first.reuse.height,
-        in_doubt=first.in_doubt.height,
+        in_doubt=in_doubt,
         to_send=to_send,
         scoring_decisions=first.new.height if mode != "all" else 0,
-        reasoning_decisions=new_cost if mode == "all" else 0,
+        reasoning_decisions=reasoning,
         borderline_worst_case=worst,
         balance=scorer.balance(),
         budget=options.budget,
