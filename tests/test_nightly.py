@@ -40,3 +40,33 @@ def test_two_nights_dated_outputs_manifest_and_no_second_payment(tmp_path, monke
     assert main(["nightly", "--db", db]) == 0
     again = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert again["decisions_spent"] == 0
+    earlier = list(night.glob("manifest-*.json"))  # the first run's record is kept
+    assert len(earlier) == 1
+    assert json.loads(earlier[0].read_text(encoding="utf-8"))["decisions_spent"] == 360
+
+
+def test_two_jobs_sharing_an_output_folder_are_told_apart_not_overwritten(
+    tmp_path, monkeypatch, capsys
+):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "settings.toml").write_text(
+        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n', encoding="utf-8"
+    )
+    other = tmp_path / "agency-b" / "portfolio.csv"  # the same file name, another job
+    other.parent.mkdir()
+    other.write_text((SAMPLE / "portfolio.csv").read_text(encoding="utf-8-sig")[:2000])
+    for name, source in (("a.toml", SAMPLE / "portfolio.csv"), ("b.toml", other)):
+        (configs / name).write_text(
+            f'input = "{source}"\noutput_dir = "out/nightly"\nformats = ["csv", "csv"]\n',
+            encoding="utf-8",
+        )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = str(tmp_path / "ledger.db")
+    assert main(["nightly", "--config", str(configs / "a.toml"), "--db", db]) == 0
+    assert main(["nightly", "--config", str(configs / "b.toml"), "--db", db]) == 2
+    assert "give each nightly job its own output_dir" in capsys.readouterr().err
+    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["input"] == str(SAMPLE / "portfolio.csv") and manifest["rows"] == 371
+    assert len(manifest["outputs"]) == 1  # csv asked twice, written once

@@ -78,10 +78,12 @@ def add_nightly_command(commands: Any) -> None:
 def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     from datetime import date
 
-    from pipeline.batch.nightly import load_nightly, score_arguments
+    from pipeline.batch.nightly import load_nightly, make_room, score_arguments
 
     config = load_nightly(args.config or settings.root / "configs" / "nightly.toml")
-    argv = ["score", *score_arguments(config, settings.root, date.today())]
+    today = date.today()
+    make_room(config, settings.root, today)
+    argv = ["score", *score_arguments(config, settings.root, today)]
     if args.db:
         argv += ["--db", args.db]
     parser = argparse.ArgumentParser(prog="decisions")

@@ -7,6 +7,7 @@ the manifest beside the outputs says what happened in a form a monitor can read.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from datetime import date
 from pathlib import Path
@@ -52,10 +53,33 @@ def score_arguments(config: NightlyConfig, root: Path, day: date) -> list[str]:
         "--manifest",
         str(folder / "manifest.json"),
     ]
-    for fmt in config.formats:
+    for fmt in dict.fromkeys(config.formats):  # each format once
         args += ["-o", str(folder / f"{source.stem}-scored.{fmt}")]
     if config.budget is not None:
         args += ["--budget", str(config.budget)]
     if config.workspace:
         args += ["--workspace", config.workspace]
     return args
+
+
+def make_room(config: NightlyConfig, root: Path, day: date) -> None:
+    """Before a night's run writes its folder: refuse when the folder holds another job's
+    night (jobs sharing an output_dir would overwrite each other's manifest and, with the same
+    file name, outputs); keep an earlier run of this job that night as manifest-HHMMSS.json,
+    so a rerun after a top-up does not erase the record of what the first run paid."""
+    source = config.input if config.input.is_absolute() else root / config.input
+    output_dir = config.output_dir if config.output_dir.is_absolute() else root / config.output_dir
+    manifest = output_dir / day.isoformat() / "manifest.json"
+    if not manifest.exists():
+        return
+    try:
+        earlier = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if Path(str(earlier.get("input", ""))).resolve() != source.resolve():
+        raise UsageError(
+            f"{manifest.parent}: holds tonight's run of {earlier.get('input')}, another job; "
+            "give each nightly job its own output_dir"
+        )
+    started = str(earlier.get("started_at", ""))[11:19].replace(":", "")
+    manifest.rename(manifest.with_name(f"manifest-{started or 'earlier'}.json"))
