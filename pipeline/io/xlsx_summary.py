@@ -12,7 +12,7 @@ from xlsxwriter.workbook import Workbook
 from xlsxwriter.worksheet import Worksheet
 
 from pipeline.batch.summary import RunSummary
-from pipeline.io.xlsx_styles import TONE_OF_VALUE, Formats
+from pipeline.io.xlsx_styles import COUNT, TONE_OF_VALUE, Formats
 from pipeline.io.xlsx_text import looks_like_formula, reads_right_to_left
 
 SHEET = "Summary"
@@ -75,7 +75,9 @@ def _write_value_row(
         return
     if isinstance(value, bool):
         sheet.write_boolean(row, 1, value)
-    elif isinstance(value, int | float):
+    elif isinstance(value, int):  # rows, decisions, balances: 100,000 not 100000
+        sheet.write_number(row, 1, value, formats.numbers[COUNT])
+    elif isinstance(value, float):
         sheet.write_number(row, 1, value)
     else:
         _write_text(sheet, formats, row, 1, str(value))
