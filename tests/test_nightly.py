@@ -70,3 +70,32 @@ def test_two_jobs_sharing_an_output_folder_are_told_apart_not_overwritten(
     manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["input"] == str(SAMPLE / "portfolio.csv") and manifest["rows"] == 371
     assert len(manifest["outputs"]) == 1  # csv asked twice, written once
+
+
+def test_a_nightly_job_takes_a_column_mapping_and_the_options_of_score(tmp_path, monkeypatch):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "settings.toml").write_text(
+        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n', encoding="utf-8"
+    )
+    source = tmp_path / "export.csv"
+    source.write_bytes(
+        "Kind;Asking;Size;Town\nvilla;3200000;400;الرياض\nشقة;900000;150;جدة\n".encode("cp1256")
+    )
+    (configs / "mine.toml").write_text(
+        '[columns]\ntype = "Kind"\nprice = "Asking"\narea = "Size"\ncity = "Town"\n',
+        encoding="utf-8",
+    )
+    (configs / "nightly.toml").write_text(
+        f'input = "{source}"\ncolumns = "configs/mine.toml"\nencoding = "cp1256"\n'
+        'priority = "Asking"\nbudget = 1\nformats = ["parquet"]\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    assert main(["nightly", "--db", str(tmp_path / "ledger.db")]) == 3  # budget 1: one row
+    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    import polars as pl
+
+    scored = pl.read_parquet(night / "export-scored.parquet")
+    assert scored["Town"].to_list() == ["الرياض", "جدة"]  # read as cp1256
+    assert scored["status"].to_list() == ["scored", "skipped"]  # the dearer one first

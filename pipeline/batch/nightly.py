@@ -27,6 +27,10 @@ class NightlyConfig(BaseModel):
     budget: int | None = Field(default=None, ge=0)
     reasoning: Literal["none", "all", "borderline"] = "none"
     workspace: str | None = None
+    columns: Path | None = None  # a column mapping file (`decisions score --config`)
+    sheet: str | None = None
+    encoding: str | None = None
+    priority: str | None = None  # the column whose highest values are scored first
 
 
 def load_nightly(path: Path) -> NightlyConfig:
@@ -59,6 +63,15 @@ def score_arguments(config: NightlyConfig, root: Path, day: date) -> list[str]:
         args += ["--budget", str(config.budget)]
     if config.workspace:
         args += ["--workspace", config.workspace]
+    if config.columns is not None:
+        args += ["--config", str(resolved(config.columns))]
+    for option, value in (
+        ("--sheet", config.sheet),
+        ("--encoding", config.encoding),
+        ("--priority", config.priority),
+    ):
+        if value is not None:
+            args += [option, value]
     return args
 
 
