@@ -171,14 +171,13 @@ def score_requests(
     """Score distinct valid requests (`costed` for the first pass); in borderline mode,
     reasoning for `partial` ones after."""
     mode = context.options.reasoning
-    total = unique.height
 
-    def report(stage: str) -> Callable[[int, int], None]:
+    def report(stage: str, total: int) -> Callable[[int, int], None]:
         return lambda done, spent: progress(stage, done, total, spent)
 
     first = prioritised(unique, context.raw, context.options.priority)
     triaged = triage(first, executor.journal, freshness_days=context.freshness_days, now=now())
-    results = executor.run(triaged, report("scoring"), keep_costs=context.resuming)
+    results = executor.run(triaged, report("scoring", unique.height), keep_costs=context.resuming)
     if mode != "borderline":
         return results
     partial_ids = results.filter(pl.col("verdict") == "partial").select("request_id")
@@ -189,7 +188,9 @@ def score_requests(
     )
     again = prioritised(again, context.raw, context.options.priority)
     triaged = triage(again, executor.journal, freshness_days=context.freshness_days, now=now())
-    explained = executor.run(triaged, report("reasoning"), keep_costs=context.resuming)
+    explained = executor.run(
+        triaged, report("reasoning", again.height), keep_costs=context.resuming
+    )
     return _merge_reasoning(results, explained)
 
 
