@@ -597,7 +597,23 @@ def test_a_listing_skipped_tonight_keeps_its_last_verdict_for_the_next_compariso
             {"verdict": [None, "match", None]}, schema={"verdict": pl.String}
         ).with_columns(listing=keys)
     )  # a night that skipped rows 1 and 3
-    assert journal.previous_verdicts().rows() == [(1, "match"), (2, "match"), (3, "no_match")]
+    assert journal.previous_verdicts().select("listing", "old_verdict").rows() == [
+        (1, "match"), (2, "match"), (3, "no_match")
+    ]  # fmt: skip
+    journal.close()
+
+
+def test_listings_on_several_rows_keep_one_row_in_the_verdict_history(tmp_path):
+    from pipeline.batch.journal import Journal
+
+    journal = Journal(tmp_path / "job.journal")
+    night = pl.DataFrame(
+        {"verdict": ["match", "partial", "match", "no_match"]},
+    ).with_columns(listing=pl.Series([7, 7, 7, 8], dtype=pl.UInt64))
+    for _ in range(5):  # every night the same: the history must not grow
+        journal.save_verdicts(night)
+    kept = journal.previous_verdicts().sort("listing")
+    assert kept.rows() == [(7, None, 3), (8, "no_match", 1)]
     journal.close()
 
 

@@ -263,16 +263,19 @@ class Journal:
         ).drop("_order")
 
     def previous_verdicts(self) -> pl.DataFrame:
-        """The last verdict of each listing (`listing`, `old_verdict`); empty if none was kept,
-        or kept under another listing key (an older version: nothing to compare with)."""
+        """The last verdict of each listing (`listing`, `old_verdict`, `copies`: how many rows
+        had that listing); empty if none was kept, or kept under another listing key (an older
+        version: nothing to compare with)."""
         path = self.files / "verdicts.parquet"
-        empty = pl.DataFrame(schema={"listing": pl.UInt64, "old_verdict": pl.String})
+        empty = pl.DataFrame(
+            schema={"listing": pl.UInt64, "old_verdict": pl.String, "copies": pl.UInt32}
+        )
         if not path.exists():
             return empty
         stored = pl.read_parquet(path)
-        if LISTING_KEY not in stored.columns:
+        if LISTING_KEY not in stored.columns or "copies" not in stored.columns:
             return empty
-        return stored.select(listing=LISTING_KEY, old_verdict="verdict")
+        return stored.select(listing=LISTING_KEY, old_verdict="verdict", copies="copies")
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -335,14 +338,19 @@ class Journal:
             )
 
     def save_verdicts(self, verdicts: pl.DataFrame) -> None:
-        """Each listing's latest verdict (`listing`, `verdict`: this run's, or the last one
-        known when this run has none, a row skipped tonight), for the next run's changes."""
+        """One row per listing (`listing`, `verdict`, `copies`) for the next run's changes:
+        this run's verdict, or the last one known when this run has none (a row skipped
+        tonight); a listing on several rows keeps no verdict (it cannot be paired)."""
+        latest = verdicts.group_by("listing", maintain_order=True).agg(
+            pl.col("verdict").first(), copies=pl.len()
+        )
+        latest = latest.with_columns(verdict=pl.when(pl.col("copies") == 1).then("verdict"))
         previous = self.previous_verdicts()
-        latest = verdicts.select("listing", "verdict")
         if not previous.is_empty():
-            latest = latest.join(previous, on="listing", how="left").select(
-                "listing", verdict=pl.coalesce("verdict", "old_verdict")
-            )
+            carried = pl.when(pl.col("copies") == 1).then(pl.coalesce("verdict", "old_verdict"))
+            latest = latest.join(
+                previous.drop("copies"), on="listing", how="left", maintain_order="left"
+            ).select("listing", verdict=carried, copies="copies")
         self._write(latest.rename({"listing": LISTING_KEY}), "verdicts.parquet")
 
     def compact(self, freshness_days: float) -> None:

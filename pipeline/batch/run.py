@@ -511,7 +511,7 @@ def changed_verdicts(
     )
     once = pl.len().over("listing") == 1
     both = now_verdicts.filter(once).join(
-        previous.filter(once), on="listing", how="inner", maintain_order="left"
+        previous.filter(pl.col("copies") == 1), on="listing", how="inner", maintain_order="left"
     )
     return both.filter(
         pl.col("old_verdict").is_not_null()
