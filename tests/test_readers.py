@@ -418,3 +418,23 @@ def test_cr_lines_with_a_line_break_inside_a_cell(tmp_path: Path) -> None:
     data = b'type;city\rvilla;Riyadh\rapartment;"Riy\nadh"\r'
     frame = read_table(write(tmp_path, "x.csv", data))
     assert frame.rows() == [("villa", "Riyadh"), ("apartment", "Riy\nadh")]
+
+
+def test_a_pasted_utf8_word_deep_in_a_cp1256_file_is_refused(tmp_path: Path) -> None:
+    rows = ["city,district"] + ["الرياض,الملقا"] * 8000  # past the 64 KB sniffed
+    data = ("\n".join(rows) + "\n").encode("cp1256") + "الرياض,".encode("cp1256")
+    data += "النرجس".encode() + b"\n"
+    with pytest.raises(InputError, match="line 8002"):
+        read_table(write(tmp_path, "x.csv", data))
+
+
+def test_a_wide_utf16_file_without_a_bom_is_read(tmp_path: Path) -> None:
+    header = "\t".join(f"عمود {i}" for i in range(400))  # the first line alone is > 4 KB
+    text = header + "\n" + "\t".join(str(i) for i in range(400)) + "\n"
+    frame = read_table(write(tmp_path, "x.csv", text.encode("utf-16-le")))
+    assert frame.width == 400 and frame.row(0)[399] == "399"
+
+
+def test_a_nul_after_a_line_end_is_called_a_nul(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="contains NUL bytes"):
+        read_table(write(tmp_path, "x.csv", b"city,price\nRiyadh,1\n\x00"))

@@ -464,9 +464,12 @@ def make_plan(
         reasoning = int(second.new["cost"].sum() or 0)
         in_doubt += second.in_doubt.height
         to_send += second.new.height + second.in_doubt.height
-        worst = (
-            new_cost + reasoning + COST_WITH_REASONING * (first.new.height + first.in_doubt.height)
-        )
+        # Requests in doubt are free when their first send was charged, paid when it never
+        # arrived: the worst case pays them.
+        in_doubt_cost = int(first.in_doubt["cost"].sum() or 0)
+        in_doubt_cost += int(second.in_doubt["cost"].sum() or 0)
+        unknown = first.new.height + first.in_doubt.height  # verdicts not known yet
+        worst = new_cost + reasoning + in_doubt_cost + COST_WITH_REASONING * unknown
     return Plan(
         rows_total=prepared.raw.height,
         rejected=int(prepared.problems["error_field"].is_not_null().sum()),

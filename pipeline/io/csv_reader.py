@@ -49,7 +49,10 @@ def read_csv(
         text_head = head.decode("utf-8", errors="ignore").lstrip("\ufeff")
         source: Path | bytes = path
     else:
-        data = _decode(path, path.read_bytes(), codec)
+        content = path.read_bytes()
+        if encoding is None and codec == "cp1256":
+            _refuse_pasted_utf8(path, content)  # anywhere in the file, not just its start
+        data = _decode(path, content, codec)
         if _old_mac_lines(data[:SNIFF_BYTES]):
             data = _LONE_CR.sub("\n", data)
         text_head = data[:SNIFF_BYTES]
@@ -188,10 +191,10 @@ def _detect_encoding(path: Path, head: bytes) -> str:
     if b"\x00" in sample:
         even, odd = sample[0::2].count(0), sample[1::2].count(0)
         # ASCII characters (separators, digits, line ends) leave a NUL in their high byte, all
-        # on one side; and UTF-16 text has line ends ("\n" read as UTF-16), a stray NUL not.
-        if even == 0 and _has_lines(sample, "utf-16-le"):
+        # on one side; and UTF-16 text reads as lines of text, a UTF-8 file with a NUL not.
+        if even == 0 and _reads_as(head, "utf-16-le"):
             return "utf-16-le"
-        if odd == 0 and _has_lines(sample, "utf-16-be"):
+        if odd == 0 and _reads_as(head, "utf-16-be"):
             return "utf-16-be"
         raise InputError(
             f"{path}: contains NUL bytes ({_where(head, head.index(0))}) and is not text; "
@@ -209,12 +212,7 @@ def _detect_encoding(path: Path, head: bytes) -> str:
                 f"encodings (pasted text?); re-save it as UTF-8, or {ENCODING_HINT}"
             ) from None
     if _looks_arabic_cp1256(head):
-        pasted = _UTF8_ARABIC_WORD.search(head)
-        if pasted is not None:
-            raise InputError(
-                f"{path}: is Windows-1256 text except at {_where(head, pasted.start())}, which "
-                f"is UTF-8 (pasted text?); re-save it as UTF-8, or {ENCODING_HINT}"
-            )
+        _refuse_pasted_utf8(path, head)
         return "cp1256"
     raise InputError(
         f"{path}: is not UTF-8 text and its encoding is not recognised; {ENCODING_HINT}"
@@ -229,9 +227,27 @@ _LONE_CR = re.compile("\r(?!\n)")
 _UTF8_ARABIC_WORD = re.compile(rb"(?:[\xd8-\xdb][\x80-\xbf]){3}")
 
 
-def _has_lines(sample: bytes, codec: str) -> bool:
-    text = sample[: len(sample) // 2 * 2].decode(codec, errors="replace")
-    return "\n" in text
+def _refuse_pasted_utf8(path: Path, data: bytes) -> None:
+    pasted = _UTF8_ARABIC_WORD.search(data)
+    if pasted is not None:
+        raise InputError(
+            f"{path}: is Windows-1256 text except at {_where(data, pasted.start())}, which "
+            f"is UTF-8 (pasted text?); re-save it as UTF-8, or {ENCODING_HINT}"
+        )
+
+
+def _reads_as(data: bytes, codec: str) -> bool:
+    """True when `data` decodes as `codec` (UTF-16) into lines of text: nearly every
+    character ASCII, Arabic or white space, and at least one line end."""
+    whole = len(data) // 2 * 2
+    try:
+        text = data[:whole].decode(codec)
+    except UnicodeDecodeError as exc:
+        if exc.start < whole - 4:  # not just a character cut at the sample's end
+            return False
+        text = data[: exc.start].decode(codec)
+    plain = sum(1 for ch in text if ch < "\x80" or "\u0600" <= ch <= "\u06ff" or ch.isspace())
+    return "\n" in text and plain >= 0.9 * len(text)
 
 
 def _mostly_utf8_arabic(data: bytes) -> bool:
