@@ -99,3 +99,35 @@ def test_a_nightly_job_takes_a_column_mapping_and_the_options_of_score(tmp_path,
     scored = pl.read_parquet(night / "export-scored.parquet")
     assert scored["Town"].to_list() == ["الرياض", "جدة"]  # read as cp1256
     assert scored["status"].to_list() == ["scored", "skipped"]  # the dearer one first
+
+
+def test_a_failed_rerun_leaves_the_nights_manifest_and_another_workspace_is_another_job(
+    tmp_path, monkeypatch, capsys
+):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "settings.toml").write_text(
+        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n', encoding="utf-8"
+    )
+    source = tmp_path / "portfolio.xlsx"
+    source.write_bytes((SAMPLE / "portfolio.xlsx").read_bytes())
+    (configs / "nightly.toml").write_text(
+        'input = "portfolio.xlsx"\nsheet = 0\nformats = ["csv"]\n', encoding="utf-8"
+    )
+    (configs / "beta.toml").write_text(
+        'input = "portfolio.xlsx"\nworkspace = "beta"\nformats = ["csv"]\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = str(tmp_path / "ledger.db")
+    assert main(["workspace", "create", "beta", "--balance", "1000", "--db", db]) == 0
+    assert main(["nightly", "--db", db]) == 0  # sheet = 0: a position, as score takes it
+    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    first = (night / "manifest.json").read_text(encoding="utf-8")
+    assert json.loads(first)["input"] == str(source)  # resolved: comparable from anywhere
+
+    assert main(["nightly", "--config", str(configs / "beta.toml"), "--db", db]) == 2
+    assert "another job" in capsys.readouterr().err
+
+    source.unlink()  # tonight's rerun fails before it writes anything
+    assert main(["nightly", "--db", db]) == 2
+    assert (night / "manifest.json").read_text(encoding="utf-8") == first

@@ -82,7 +82,7 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
 
     config = load_nightly(args.config or settings.root / "configs" / "nightly.toml")
     today = date.today()
-    make_room(config, settings.root, today)
+    make_room(config, settings.root, today, settings.ledger.workspace)
     argv = ["score", *score_arguments(config, settings.root, today)]
     if args.db:
         argv += ["--db", args.db]
@@ -213,7 +213,7 @@ def summary_json(outcome: BatchOutcome, scorer_version: str | None = None) -> di
         "version": package_version(),
         "scorer": scorer_version,
         "started_at": s.started_at.isoformat(timespec="seconds"),
-        "input": s.input_path,
+        "input": str(Path(s.input_path).resolve()),  # a monitor compares it from anywhere
         "input_sha256": s.input_fingerprint,
         "outputs": [str(p) for p in outcome.outputs],
         "rows": s.rows_total,

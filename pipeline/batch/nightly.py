@@ -8,6 +8,7 @@ the manifest beside the outputs says what happened in a form a monitor can read.
 from __future__ import annotations
 
 import json
+import shutil
 import tomllib
 from datetime import date
 from pathlib import Path
@@ -28,7 +29,7 @@ class NightlyConfig(BaseModel):
     reasoning: Literal["none", "all", "borderline"] = "none"
     workspace: str | None = None
     columns: Path | None = None  # a column mapping file (`decisions score --config`)
-    sheet: str | None = None
+    sheet: str | int | None = None  # a name, or a 0-based position
     encoding: str | None = None
     priority: str | None = None  # the column whose highest values are scored first
 
@@ -66,7 +67,7 @@ def score_arguments(config: NightlyConfig, root: Path, day: date) -> list[str]:
     if config.columns is not None:
         args += ["--config", str(resolved(config.columns))]
     for option, value in (
-        ("--sheet", config.sheet),
+        ("--sheet", None if config.sheet is None else str(config.sheet)),
         ("--encoding", config.encoding),
         ("--priority", config.priority),
     ):
@@ -75,11 +76,12 @@ def score_arguments(config: NightlyConfig, root: Path, day: date) -> list[str]:
     return args
 
 
-def make_room(config: NightlyConfig, root: Path, day: date) -> None:
+def make_room(config: NightlyConfig, root: Path, day: date, default_workspace: str) -> None:
     """Before a night's run writes its folder: refuse when the folder holds another job's
-    night (jobs sharing an output_dir would overwrite each other's manifest and, with the same
-    file name, outputs); keep an earlier run of this job that night as manifest-HHMMSS.json,
-    so a rerun after a top-up does not erase the record of what the first run paid."""
+    night (another input or workspace: jobs sharing an output_dir would overwrite each other's
+    manifest and outputs); copy an earlier run of this job that night to manifest-HHMMSS.json,
+    so a rerun after a top-up does not erase the record of what the first run paid (the copy,
+    not a move: a rerun that fails leaves manifest.json as it was)."""
     source = config.input if config.input.is_absolute() else root / config.input
     output_dir = config.output_dir if config.output_dir.is_absolute() else root / config.output_dir
     manifest = output_dir / day.isoformat() / "manifest.json"
@@ -89,10 +91,12 @@ def make_room(config: NightlyConfig, root: Path, day: date) -> None:
         earlier = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    if Path(str(earlier.get("input", ""))).resolve() != source.resolve():
+    same_input = Path(str(earlier.get("input", ""))).resolve() == source.resolve()
+    workspace = config.workspace or default_workspace
+    if not same_input or earlier.get("workspace", workspace) != workspace:
         raise UsageError(
-            f"{manifest.parent}: holds tonight's run of {earlier.get('input')}, another job; "
-            "give each nightly job its own output_dir"
+            f"{manifest.parent}: holds tonight's run of {earlier.get('input')} for workspace "
+            f"{earlier.get('workspace')!r}, another job; give each nightly job its own output_dir"
         )
     started = str(earlier.get("started_at", ""))[11:19].replace(":", "")
-    manifest.rename(manifest.with_name(f"manifest-{started or 'earlier'}.json"))
+    shutil.copyfile(manifest, manifest.with_name(f"manifest-{started or 'earlier'}.json"))
