@@ -224,6 +224,8 @@ def test_summary_sheet_lines_counts_chart_and_changes(book: Workbook, workbook_p
     assert isinstance(lines["Decisions spent"], int)
     spent = next(r for r in book["Summary"].iter_rows() if r[0].value == "Decisions spent")[1]
     assert spent.number_format == "#,##0"  # 100,000, not 100000
+    counted = next(r for r in book["Summary"].iter_rows() if r[0].value == "rejected")[1]
+    assert counted.number_format == "#,##0"  # the count tables too
     assert ("match", 1, pytest.approx(1 / 3)) in rows
     assert ("rejected", 1, pytest.approx(1 / 6)) in rows
     at = rows.index(("Changed since last run", None, None))

@@ -88,6 +88,7 @@ class TextFormats:
 class Formats:
     header: Format
     header_rtl: Format
+    header_count: Format  # a total row's count: header look, thousands separator
     title: Format
     text: TextFormats
     numbers: dict[str, Format]
@@ -102,6 +103,7 @@ def make_formats(workbook: Workbook) -> Formats:
     return Formats(
         header=workbook.add_format(header),
         header_rtl=workbook.add_format({**header, **rtl}),
+        header_count=workbook.add_format({**header, "num_format": COUNT}),
         title=workbook.add_format({"bold": True, "font_size": 13}),
         text=TextFormats(
             plain=None,

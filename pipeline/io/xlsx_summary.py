@@ -106,12 +106,12 @@ def _write_counts(
         row = at.take()
         tone = TONE_OF_VALUE.get(value)
         sheet.write_string(row, 0, value, formats.tones[tone] if tone else None)
-        sheet.write_number(row, 1, count)
+        sheet.write_number(row, 1, count, formats.numbers[COUNT])
         if total:
             sheet.write_number(row, 2, count / total, formats.share)
     row = at.take()
     sheet.write_string(row, 0, "Total", formats.header)
-    sheet.write_number(row, 1, total, formats.header)
+    sheet.write_number(row, 1, total, formats.header_count)
     return first, at.row - 2
 
 
