@@ -661,3 +661,34 @@ def test_a_borderline_plan_after_a_budget_stop_counts_the_explanations_owed(tmp_
         job.score(SAMPLE / "portfolio.csv", "--reasoning", "borderline", "--dry-run", "--json") == 0
     )
     assert json.loads(capsys.readouterr().out)["borderline_worst_case"] == 0  # all known now
+
+
+def test_new_benchmarks_list_the_verdicts_they_flip(tmp_path, monkeypatch):
+    """New benchmarks start a new journal (its answers were made with the old ones), but the
+    verdict history outlives it: the first run on them lists what they changed."""
+    import shutil
+
+    for name, scale in (("old", 1.0), ("new", 0.5)):
+        folder = tmp_path / name
+        folder.mkdir()
+        for table in ("market_averages.csv", "type_factors.csv"):
+            shutil.copy(SAMPLE / table, folder / table)
+        medians = ("median_sqm", "p25_sqm", "p75_sqm")
+        pl.read_csv(SAMPLE / "benchmarks.csv", infer_schema_length=None).with_columns(
+            pl.col(medians) * scale
+        ).write_csv(folder / "benchmarks.csv")
+        (folder / "settings.toml").write_text(
+            f'[benchmarks]\ntable = "{folder / "benchmarks.csv"}"\n'
+            f'[batch]\njournal_dir = "{tmp_path / "journals"}"\n',
+            encoding="utf-8",
+        )
+    db, book = str(tmp_path / "ledger.db"), tmp_path / "scored.xlsx"
+    main(["workspace", "create", "acme", "--balance", "10000", "--db", db])
+    argv = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(book), "--db", db,
+            "--workspace", "acme", "--quiet"]  # fmt: skip
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(tmp_path / "old" / "settings.toml"))
+    assert main(argv) == 0
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(tmp_path / "new" / "settings.toml"))
+    assert main(argv) == 0
+    changed = _changes_listed(book)
+    assert len(changed) > 20 and all(new != "match" for _, _, new in changed)

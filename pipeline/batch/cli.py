@@ -151,12 +151,18 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
     else:
         scorer, workspace = _embedded_scorer(args, settings)
         target = f"{scorer.version}:{scorer.ledger.path.resolve()}:{workspace}"
-    path = args.journal or journal_path(
-        settings.resolve(settings.batch.journal_dir), args.input, target
-    )
+    journal_dir = settings.resolve(settings.batch.journal_dir)
+    path = args.journal or journal_path(journal_dir, args.input, target)
+    # The verdict history outlives a change of benchmarks (which starts a new journal: its
+    # answers were made with the old ones), to list the verdicts the new benchmarks flip.
+    history = None
+    if args.journal is None and remote is None:
+        versionless = target.replace(scorer.version, scorer.name, 1)
+        history = journal_path(journal_dir, args.input, versionless)
+        history = history.with_suffix(".verdicts.parquet")
     progress = ProgressReporter(quiet=args.quiet or args.json)
     with job_lock(path), remote or nullcontext():
-        journal = Journal(path)
+        journal = Journal(path, verdicts=history)
         if args.fresh and not args.dry_run:
             journal.reset()
         if owner is not None and not (args.dry_run and args.fresh):

@@ -84,9 +84,13 @@ def journal_path(cache_dir: Path, input_path: Path, target: str) -> Path:
 
 
 class Journal:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, verdicts: Path | None = None) -> None:
+        """`verdicts`: where the listings' verdict history lives, when it should outlast the
+        journal (one per formula and benchmark version: new benchmarks are exactly when
+        verdicts change); by default beside the answers."""
         self.path = Path(path)
         self.files = self.path.with_suffix(".results")
+        self.verdicts_path = verdicts or self.files / "verdicts.parquet"
         self.files.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
@@ -266,7 +270,7 @@ class Journal:
         """The last verdict of each listing (`listing`, `old_verdict`, `copies`: how many rows
         had that listing); empty if none was kept, or kept under another listing key (an older
         version: nothing to compare with)."""
-        path = self.files / "verdicts.parquet"
+        path = self.verdicts_path
         empty = pl.DataFrame(
             schema={"listing": pl.UInt64, "old_verdict": pl.String, "copies": pl.UInt32}
         )
@@ -351,7 +355,9 @@ class Journal:
             latest = latest.join(
                 previous.drop("copies"), on="listing", how="left", maintain_order="left"
             ).select("listing", verdict=carried, copies="copies")
-        self._write(latest.rename({"listing": LISTING_KEY}), "verdicts.parquet")
+        self.verdicts_path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self.verdicts_path) as temporary:
+            latest.rename({"listing": LISTING_KEY}).write_parquet(temporary, compression="lz4")
 
     def compact(self, freshness_days: float) -> None:
         """One rows file and one answers file holding every final answer still fresh."""
