@@ -11,12 +11,18 @@ from pipeline.cli import main
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
 
 
-def test_two_nights_dated_outputs_manifest_and_no_second_payment(tmp_path, monkeypatch):
-    configs = tmp_path / "configs"
+def _project(root: Path) -> Path:
+    """A project folder at `root` whose settings use the sample benchmarks; its configs/."""
+    configs = root / "configs"
     configs.mkdir()
     (configs / "settings.toml").write_text(
         f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n', encoding="utf-8"
     )
+    return configs
+
+
+def test_two_nights_dated_outputs_manifest_and_no_second_payment(tmp_path, monkeypatch):
+    configs = _project(tmp_path)
     (configs / "nightly.toml").write_text(
         f'input = "{SAMPLE / "portfolio.csv"}"\noutput_dir = "out/nightly"\n'
         'formats = ["xlsx", "parquet"]\nbudget = 1000\nreasoning = "none"\n',
@@ -48,11 +54,7 @@ def test_two_nights_dated_outputs_manifest_and_no_second_payment(tmp_path, monke
 def test_two_jobs_sharing_an_output_folder_are_told_apart_not_overwritten(
     tmp_path, monkeypatch, capsys
 ):
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    (configs / "settings.toml").write_text(
-        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n', encoding="utf-8"
-    )
+    configs = _project(tmp_path)
     other = tmp_path / "agency-b" / "portfolio.csv"  # the same file name, another job
     other.parent.mkdir()
     other.write_text((SAMPLE / "portfolio.csv").read_text(encoding="utf-8-sig")[:2000])
@@ -73,11 +75,7 @@ def test_two_jobs_sharing_an_output_folder_are_told_apart_not_overwritten(
 
 
 def test_a_nightly_job_takes_a_column_mapping_and_the_options_of_score(tmp_path, monkeypatch):
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    (configs / "settings.toml").write_text(
-        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n', encoding="utf-8"
-    )
+    configs = _project(tmp_path)
     source = tmp_path / "export.csv"
     source.write_bytes(
         "Kind;Asking;Size;Town\nvilla;3200000;400;الرياض\nشقة;900000;150;جدة\n".encode("cp1256")
@@ -104,11 +102,7 @@ def test_a_nightly_job_takes_a_column_mapping_and_the_options_of_score(tmp_path,
 def test_a_failed_rerun_leaves_the_nights_manifest_and_another_workspace_is_another_job(
     tmp_path, monkeypatch, capsys
 ):
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    (configs / "settings.toml").write_text(
-        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n', encoding="utf-8"
-    )
+    configs = _project(tmp_path)
     source = tmp_path / "portfolio.xlsx"
     source.write_bytes((SAMPLE / "portfolio.xlsx").read_bytes())
     (configs / "nightly.toml").write_text(
