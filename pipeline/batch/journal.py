@@ -124,8 +124,7 @@ class Journal:
 
     def _write(self, frame: pl.DataFrame, name: str) -> str:
         """Write a Parquet file completely (fsynced) before the database refers to it."""
-        with atomic_path(self.files / name) as temporary:
-            frame.write_parquet(temporary, compression="lz4")  # several times faster than zstd
+        _write_parquet(frame, self.files / name)
         return name
 
     def _copy(self, source: Path, name: str) -> str:
@@ -341,23 +340,24 @@ class Journal:
                 (answers_file, now, batch_key),
             )
 
-    def save_verdicts(self, verdicts: pl.DataFrame) -> None:
+    def save_verdicts(self, verdicts: pl.DataFrame, previous: pl.DataFrame | None = None) -> None:
         """One row per listing (`listing`, `verdict`, `copies`) for the next run's changes:
         this run's verdict, or the last one known when this run has none (a row skipped
-        tonight); a listing on several rows keeps no verdict (it cannot be paired)."""
+        tonight); a listing on several rows keeps no verdict (it cannot be paired).
+        `previous`: `previous_verdicts()`, when the caller has read it already."""
         latest = verdicts.group_by("listing", maintain_order=True).agg(
             pl.col("verdict").first(), copies=pl.len()
         )
         latest = latest.with_columns(verdict=pl.when(pl.col("copies") == 1).then("verdict"))
-        previous = self.previous_verdicts()
+        if previous is None:
+            previous = self.previous_verdicts()
         if not previous.is_empty():
             carried = pl.when(pl.col("copies") == 1).then(pl.coalesce("verdict", "old_verdict"))
             latest = latest.join(
                 previous.drop("copies"), on="listing", how="left", maintain_order="left"
             ).select("listing", verdict=carried, copies="copies")
         self.verdicts_path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(self.verdicts_path) as temporary:
-            latest.rename({"listing": LISTING_KEY}).write_parquet(temporary, compression="lz4")
+        _write_parquet(latest.rename({"listing": LISTING_KEY}), self.verdicts_path)
 
     def compact(self, freshness_days: float) -> None:
         """One rows file and one answers file holding every final answer still fresh."""
@@ -452,6 +452,12 @@ class Journal:
         self._db.execute("DELETE FROM batches")
         for stale in self.files.glob("*.parquet"):
             stale.unlink()
+
+
+def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
+    """Written completely (fsynced) under a temporary name, then renamed into place."""
+    with atomic_path(path) as temporary:
+        frame.write_parquet(temporary, compression="lz4")  # several times faster than zstd
 
 
 def _safe(batch_key: str) -> str:

@@ -43,14 +43,19 @@ def load_nightly(path: Path) -> NightlyConfig:
         raise UsageError(f"{path}: invalid nightly configuration: {exc}") from exc
 
 
+def _resolved(path: Path, root: Path) -> Path:
+    """A configured path: relative ones are relative to the project folder."""
+    return path if path.is_absolute() else root / path
+
+
+def _night_folder(config: NightlyConfig, root: Path, day: date) -> Path:
+    return _resolved(config.output_dir, root) / day.isoformat()
+
+
 def score_arguments(config: NightlyConfig, root: Path, day: date) -> list[str]:
     """The `decisions score` arguments of one night's run."""
-
-    def resolved(path: Path) -> Path:
-        return path if path.is_absolute() else root / path
-
-    source = resolved(config.input)
-    folder = resolved(config.output_dir) / day.isoformat()
+    source = _resolved(config.input, root)
+    folder = _night_folder(config, root, day)
     args = [
         str(source),
         "--reasoning",
@@ -65,7 +70,7 @@ def score_arguments(config: NightlyConfig, root: Path, day: date) -> list[str]:
     if config.workspace:
         args += ["--workspace", config.workspace]
     if config.columns is not None:
-        args += ["--config", str(resolved(config.columns))]
+        args += ["--config", str(_resolved(config.columns, root))]
     for option, value in (
         ("--sheet", None if config.sheet is None else str(config.sheet)),
         ("--encoding", config.encoding),
@@ -82,9 +87,8 @@ def make_room(config: NightlyConfig, root: Path, day: date, default_workspace: s
     manifest and outputs); copy an earlier run of this job that night to manifest-HHMMSS.json,
     so a rerun after a top-up does not erase the record of what the first run paid (the copy,
     not a move: a rerun that fails leaves manifest.json as it was)."""
-    source = config.input if config.input.is_absolute() else root / config.input
-    output_dir = config.output_dir if config.output_dir.is_absolute() else root / config.output_dir
-    manifest = output_dir / day.isoformat() / "manifest.json"
+    source = _resolved(config.input, root)
+    manifest = _night_folder(config, root, day) / "manifest.json"
     if not manifest.exists():
         return
     try:

@@ -499,14 +499,11 @@ _LISTING_SEED = 20261123
 
 
 def changed_verdicts(
-    results: pl.DataFrame, listings: pl.Series, journal: Journal | None
+    results: pl.DataFrame, listings: pl.Series, previous: pl.DataFrame
 ) -> pl.DataFrame | None:
     """Rows whose verdict differs from the last verdict of the same listing (`listings`, one
-    key per row of `results`). Listings that occur more than once (tonight or last time)
-    cannot be paired, and are left out."""
-    if journal is None:
-        return None
-    previous = journal.previous_verdicts()
+    key per row of `results`; `previous`: `Journal.previous_verdicts`). Listings that occur
+    more than once (tonight or last time) cannot be paired, and are left out."""
     if previous.is_empty():
         return None
     now_verdicts = results.select("row_number", new_verdict="verdict").with_columns(
@@ -583,8 +580,11 @@ def run_batch(
     scored = score_requests(unique, executor, context, progress)
     results = assemble(prepared, keyed, scored.drop("fingerprint"))
     rejects = rejects_table(prepared)
-    listings = listing_keys(prepared.requests)
-    changes = changed_verdicts(results, listings, journal)
+    changes = None
+    if journal is not None:
+        listings = listing_keys(prepared.requests)
+        previous = journal.previous_verdicts()
+        changes = changed_verdicts(results, listings, previous)
 
     balance_after = scorer.balance()
     if balance_before is None and balance_after is not None:
@@ -619,7 +619,7 @@ def run_batch(
         saved = []
         if journal is not None:
             verdicts = results.select("verdict").with_columns(listing=listings)
-            saved.append(beside.submit(journal.save_verdicts, verdicts))
+            saved.append(beside.submit(journal.save_verdicts, verdicts, previous))
         if keeping is not None and parquet is None:
             saved.append(beside.submit(keeping.write_last_run, results, rejects))
         for output in options.outputs:
