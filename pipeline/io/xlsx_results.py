@@ -47,7 +47,7 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     colour_status_columns(sheet, formats, columns, last_row)
     sheet.ignore_errors({"number_stored_as_text": _WHOLE_SHEET})
 
-    plain_text, checked_text, numeric_text = _split_text_columns(frame)
+    plain_text, checked_text = _split_text_columns(frame)
     num_cols = [
         (i, number_format(formats, name))
         for i, (name, dt) in enumerate(frame.schema.items())
@@ -59,22 +59,18 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     rtl_text = reads_right_to_left
     formula_first = FORMULA_FIRST
 
-    def write_text(r: int, c: int, v: str) -> None:
-        if not rtl_text(v):
-            write_string(r, c, v, quoted if v[0] in formula_first else None)
-        else:
-            write_string(r, c, v, rtl_quoted if v[0] in formula_first else rtl)
-
     for r, row in enumerate(frame.iter_rows(), 1):
         for c in plain_text:
             v = row[c]
             if v:  # null and "" are both an empty cell
                 write_string(r, c, v)
-        for c in checked_text:
+        for c, numbers in checked_text:
             v = row[c]
             if not v:
                 continue
-            if v.isascii():
+            if numbers is not None and (n := numbers[r - 1]) is not None:
+                write_number(r, c, n)
+            elif v.isascii():
                 if v[0] in formula_first:
                     write_string(r, c, v, quoted)
                 else:
@@ -83,14 +79,6 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
                 write_string(r, c, v, quoted if v[0] in formula_first else None)
             else:
                 write_string(r, c, v, rtl_quoted if v[0] in formula_first else rtl)
-        for c, numbers in numeric_text:
-            v = row[c]
-            if v:
-                n = numbers[r - 1]
-                if n is not None:
-                    write_number(r, c, n)
-                else:
-                    write_text(r, c, v)
         for c, fmt in num_cols:
             v = row[c]
             if v is not None:
@@ -99,21 +87,23 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
 
 def _split_text_columns(
     frame: pl.DataFrame,
-) -> tuple[list[int], list[int], list[tuple[int, list[float | None]]]]:
-    """Text columns whose cells all go in as they are; those where some cell is Arabic or
-    starts like a formula and so needs a look per cell; and those where some cells are plain
-    numbers (`plain_numbers`), with the numbers. Decided with vectorised passes."""
+) -> tuple[list[int], list[tuple[int, list[float | None] | None]]]:
+    """Text columns whose cells all go in as they are, and those that need a look per cell:
+    some cell is Arabic, starts like a formula or is a plain number (`plain_numbers`, given
+    beside the column, None when it has none). Decided with vectorised passes."""
     text = [name for name, dt in frame.schema.items() if dt == pl.String]
     if not text or frame.height == 0:
-        return [], [], []
+        return [], []
     numbers = frame.select(plain_numbers(pl.col(n)).alias(n) for n in text)
     has_numbers = {n for n, count in zip(text, numbers.count().row(0), strict=True) if count}
-    rest = [n for n in text if n not in has_numbers]
-    flags = frame.select(pl.col(rest).str.contains(NEEDS_A_LOOK).any()).row(0) if rest else ()
-    needs_look = {name for name, flag in zip(rest, flags, strict=True) if flag}
+    flags = frame.select(pl.col(text).str.contains(NEEDS_A_LOOK).any()).row(0)
+    needs_look = {name for name, flag in zip(text, flags, strict=True) if flag} | has_numbers
     index = {name: i for i, name in enumerate(frame.columns)}
     return (
-        [index[n] for n in rest if n not in needs_look],
-        [index[n] for n in rest if n in needs_look],
-        [(index[n], numbers[n].to_list()) for n in text if n in has_numbers],
+        [index[n] for n in text if n not in needs_look],
+        [
+            (index[n], numbers[n].to_list() if n in has_numbers else None)
+            for n in text
+            if n in needs_look
+        ],
     )
