@@ -125,3 +125,48 @@ def test_a_failed_rerun_leaves_the_nights_manifest_and_another_workspace_is_anot
     source.unlink()  # tonight's rerun fails before it writes anything
     assert main(["nightly", "--db", db]) == 2
     assert (night / "manifest.json").read_text(encoding="utf-8") == first
+
+
+def test_a_night_that_stops_before_its_summary_still_leaves_a_manifest(tmp_path, monkeypatch):
+    configs = _project(tmp_path)
+    (configs / "nightly.toml").write_text(
+        'input = "exports/portfolio.csv"\nformats = ["csv"]\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = str(tmp_path / "ledger.db")
+
+    assert main(["nightly", "--db", db]) == 2  # tonight's export never arrived
+    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    failed = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert failed["exit_code"] == 2 and failed["decisions_spent"] == 0
+    assert "portfolio.csv" in failed["error"] and failed["outputs"] == []
+    assert failed["input"] == str(tmp_path / "exports" / "portfolio.csv")
+    (tmp_path / "exports").mkdir()
+    (tmp_path / "exports" / "portfolio.csv").write_text("address,price\nsomewhere,1\n")
+    assert main(["nightly", "--db", db]) == 2  # a file of another shape: the newer failure
+    failed = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert "type" in failed["error"] and len(list(night.glob("manifest-*.json"))) == 1
+
+    # the real export arrives; the rerun is the same job, not another
+    (tmp_path / "exports" / "portfolio.csv").write_bytes((SAMPLE / "portfolio.csv").read_bytes())
+    assert main(["nightly", "--db", db]) == 0
+    manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["exit_code"] == 0 and manifest["decisions_spent"] == 360
+    assert "error" not in manifest
+
+
+def test_a_remote_night_run_twice_is_one_job(tmp_path, monkeypatch):
+    from pipeline.engine.engine import Engine
+    from tests.test_service_fixtures import running_service
+
+    configs = _project(tmp_path)
+    (configs / "nightly.toml").write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["csv"]\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    with running_service(tmp_path / "service", Engine.default(), balance=1000) as service:
+        monkeypatch.setenv("DECISIONS_API_URL", service.url)
+        monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+        assert main(["nightly"]) == 0
+        assert main(["nightly"]) == 0  # after a top-up, say: the same job, not "another job"
+        assert service.balance() == 640

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from contextlib import nullcontext
 from dataclasses import asdict
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import BatchOptions, BatchOutcome, Plan, run_batch
-from pipeline.batch.scorers.remote_options import add_remote_options
+from pipeline.batch.scorers.remote_options import ENV_URL, add_remote_options
+from pipeline.errors import PipelineError
 from pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -78,11 +81,15 @@ def add_nightly_command(commands: Any) -> None:
 def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     from datetime import date
 
-    from pipeline.batch.nightly import load_nightly, make_room, score_arguments
+    from pipeline.batch.nightly import load_nightly, make_room, records_a_run, score_arguments
 
     config = load_nightly(args.config or settings.root / "configs" / "nightly.toml")
     today = date.today()
-    make_room(config, settings.root, today, settings.ledger.workspace)
+    # The workspace that pays: configured, else the local one; through a service, the key's
+    # (not known before the run asks the service).
+    remote = bool(os.environ.get(ENV_URL, "").strip())
+    workspace = config.workspace or (None if remote else settings.ledger.workspace)
+    make_room(config, settings.root, today, workspace)
     argv = ["score", *score_arguments(config, settings.root, today)]
     if args.db:
         argv += ["--db", args.db]
@@ -90,7 +97,16 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     add_score_command(parser.add_subparsers(dest="command"))
     score_args = parser.parse_args(argv)
     print(f"decisions nightly: {' '.join(argv)}", flush=True)
-    return cmd_score(score_args, settings)
+    started = datetime.now(UTC)
+    try:
+        return cmd_score(score_args, settings)
+    except PipelineError as exc:
+        # A night that stopped before its summary (the export missing, a column renamed)
+        # still leaves a record a monitor reads; an earlier run's record that night stays.
+        if not records_a_run(score_args.manifest):
+            failure = failure_manifest(exc, started, score_args.input, workspace)
+            write_manifest(score_args.manifest, failure)
+        raise
 
 
 def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[LocalScorer, str]:
@@ -232,6 +248,32 @@ def summary_json(outcome: BatchOutcome, scorer_version: str | None = None) -> di
         "duration_s": round(s.duration_s, 3),
         "exit_code": s.exit_code,
         "notes": dict(s.notes),
+    }
+
+
+def failure_manifest(
+    error: PipelineError, started: datetime, source: Path, workspace: str | None
+) -> dict[str, Any]:
+    """The manifest of a run that stopped before it could summarise: the keys of
+    `summary_json`, unknown ones null, with the exit code and the error."""
+    return {
+        "version": package_version(),
+        "scorer": None,
+        "started_at": started.isoformat(timespec="seconds"),
+        "input": str(source.resolve()),
+        "input_sha256": None,
+        "outputs": [],
+        "rows": None,
+        "status": {},
+        "verdict": {},
+        "decisions_spent": 0,
+        "balance_before": None,
+        "balance_after": None,
+        "workspace": workspace,
+        "duration_s": round((datetime.now(UTC) - started).total_seconds(), 3),
+        "exit_code": error.exit_code,
+        "error": str(error),
+        "notes": {},
     }
 
 

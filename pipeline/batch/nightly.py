@@ -81,12 +81,13 @@ def score_arguments(config: NightlyConfig, root: Path, day: date) -> list[str]:
     return args
 
 
-def make_room(config: NightlyConfig, root: Path, day: date, default_workspace: str) -> None:
+def make_room(config: NightlyConfig, root: Path, day: date, workspace: str | None) -> None:
     """Before a night's run writes its folder: refuse when the folder holds another job's
-    night (another input or workspace: jobs sharing an output_dir would overwrite each other's
-    manifest and outputs); copy an earlier run of this job that night to manifest-HHMMSS.json,
-    so a rerun after a top-up does not erase the record of what the first run paid (the copy,
-    not a move: a rerun that fails leaves manifest.json as it was)."""
+    night (another input, or another `workspace` when it is known: jobs sharing an output_dir
+    would overwrite each other's manifest and outputs); copy an earlier run of this job that
+    night to manifest-HHMMSS.json, so a rerun after a top-up does not erase the record of what
+    the first run paid (the copy, not a move: a rerun that fails leaves manifest.json as it
+    was)."""
     source = _resolved(config.input, root)
     manifest = _night_folder(config, root, day) / "manifest.json"
     if not manifest.exists():
@@ -96,11 +97,20 @@ def make_room(config: NightlyConfig, root: Path, day: date, default_workspace: s
     except (OSError, ValueError):
         return
     same_input = Path(str(earlier.get("input", ""))).resolve() == source.resolve()
-    workspace = config.workspace or default_workspace
-    if not same_input or earlier.get("workspace", workspace) != workspace:
+    paid_by = earlier.get("workspace") or workspace
+    if not same_input or (workspace is not None and paid_by != workspace):
         raise UsageError(
             f"{manifest.parent}: holds tonight's run of {earlier.get('input')} for workspace "
             f"{earlier.get('workspace')!r}, another job; give each nightly job its own output_dir"
         )
     started = str(earlier.get("started_at", ""))[11:19].replace(":", "")
     shutil.copyfile(manifest, manifest.with_name(f"manifest-{started or 'earlier'}.json"))
+
+
+def records_a_run(manifest: Path) -> bool:
+    """True if `manifest` holds the summary of a run that got as far as scoring, which a
+    later failure that night must not replace (a failure record may be)."""
+    try:
+        return "error" not in json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
