@@ -249,6 +249,27 @@ def test_sheet_digits_name_a_sheet_before_a_position(tmp_path, db):
         assert pl.read_parquet(out)["City"].to_list() == [city]
 
 
+def test_a_hidden_first_sheet_is_passed_over_and_the_summary_names_the_sheet_read(
+    tmp_path, db, capsys
+):
+    import xlsxwriter
+
+    source = tmp_path / "quarters.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    for name, price in (("Q3", 1900000), ("Q4", 3000000)):
+        sheet = workbook.add_worksheet(name)
+        sheet.write_row(0, 0, ["City", "Type", "Price", "Area"])
+        sheet.write_row(1, 0, ["Riyadh", "villa", price, 400])
+    workbook.worksheets()[0].hide()  # last quarter's, kept for reference
+    workbook.worksheets()[1].activate()
+    workbook.close()
+    out = tmp_path / "scored.parquet"
+    assert score(db, str(source), "-o", str(out), "--json") == 0
+    assert pl.read_parquet(out)["Price"].to_list() == ["3000000"]
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes["Sheet"] == "'Q4' (the first visible sheet with data; passed over: 'Q3' hidden)"
+
+
 def test_an_output_that_is_the_input_is_refused_before_any_charge(tmp_path, db, capsys):
     source = tmp_path / "in.csv"
     text = "City,Type,Price,Area\nRiyadh,villa,3000000,400\n"

@@ -229,6 +229,29 @@ def test_xlsx_empty_sheet(tmp_path: Path) -> None:
         read_table(tmp_path / "empty.xlsx")
 
 
+def test_without_sheet_the_first_visible_sheet_with_data_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "book.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    old = workbook.add_worksheet("Q3 (old)")  # last quarter's figures, kept hidden
+    old.write_row(0, 0, ["price", "city"])
+    old.write_row(1, 0, [1900000, "الرياض"])
+    old.hide()
+    workbook.add_worksheet("Sheet1")  # a leftover blank sheet
+    current = workbook.add_worksheet("Q4")
+    current.write_row(0, 0, ["price", "city"])
+    current.write_row(1, 0, [1500000, "الرياض"])
+    current.activate()
+    workbook.close()
+
+    result = read_table_with_info(path)
+    assert result.sheet == "Q4" and result.frame["price"].to_list() == ["1500000"]
+    assert result.passed_over == ["'Q3 (old)' hidden", "'Sheet1' empty"]
+    chosen = read_table_with_info(path, sheet="Q3 (old)")  # asked for by name: read
+    assert chosen.frame["price"].to_list() == ["1900000"] and not chosen.passed_over
+    with pytest.raises(InputError, match=r"'Sheet1' is empty; its sheets are .* \(--sheet NAME\)"):
+        read_table(path, sheet="Sheet1")
+
+
 # --- Parquet ------------------------------------------------------------------------------
 
 

@@ -86,6 +86,7 @@ class Prepared:
     mapping: ColumnMap
     requests: pl.DataFrame  # REQUEST_SCHEMA columns + row_number
     problems: pl.DataFrame  # reject_reasons() per row
+    sheet: str | None = None  # XLSX: the sheet read, and the sheets passed over before it
 
 
 def prepare(options: BatchOptions) -> Prepared:
@@ -102,7 +103,14 @@ def prepare(options: BatchOptions) -> Prepared:
         reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
     )
     problems = reject_reasons(raw, requests, mapping, row_numbers)
-    return Prepared(raw, mapping, requests, problems)
+    sheet = None
+    if read.sheet is not None:
+        sheet = repr(read.sheet)
+        if read.passed_over:
+            sheet += (
+                f" (the first visible sheet with data; passed over: {', '.join(read.passed_over)})"
+            )
+    return Prepared(raw, mapping, requests, problems, sheet)
 
 
 def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
@@ -565,7 +573,7 @@ def run_batch(
     if dry_run:
         return make_plan(unique, prepared, keyed, scorer, journal, options, freshness_days)
 
-    notes: list[tuple[str, object]] = []
+    notes: list[tuple[str, object]] = [] if prepared.sheet is None else [("Sheet", prepared.sheet)]
     resuming = False
     if journal is not None:
         unfinished = journal.open_run()

@@ -52,6 +52,7 @@ class ReadResult:
     encoding: str | None = None  # CSV: the encoding used
     separator: str | None = None  # CSV: the field separator used
     sheet: str | None = None  # XLSX: the sheet read
+    passed_over: list[str] | None = None  # XLSX without --sheet: sheets before it not read
     renamed_headers: dict[str, str] | None = None  # final name -> header as written
 
 

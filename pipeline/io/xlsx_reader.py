@@ -10,8 +10,9 @@ booleans as ``true``/``false``, dates and times as ISO ``YYYY-MM-DD HH:MM:SS``. 
   (99999999.99 -> ``99999999.989999995``); such text is re-printed as the shortest decimal that
   reads back as the same double (``99999999.99``).
 
-The table starts at the sheet's first non-empty row and column (calamine's range); that first row
-holds the headers. Formulas are read as their cached values.
+Without --sheet, the first visible sheet with data is read. The table starts at the sheet's first
+non-empty row and column (calamine's range); that first row holds the headers. Formulas are read
+as their cached values.
 """
 
 from __future__ import annotations
@@ -37,17 +38,49 @@ def read_xlsx(
         raise InputError(
             f"{path}: cannot be read as an XLSX workbook ({_first_line(exc)})"
         ) from exc
-    index = _sheet_index(path, workbook.sheet_names, sheet)
-    name = workbook.sheet_names[index]
-    try:
-        raw = workbook.load_sheet(index, header_row=None, dtypes="string").to_polars()
-    except fastexcel.FastExcelError as exc:
-        raise InputError(f"{path}: sheet {name!r} cannot be read ({_first_line(exc)})") from exc
+    names = workbook.sheet_names
+    passed_over: list[str] = []
+    if sheet is None:
+        index, raw, passed_over = _first_sheet_with_data(path, workbook)
+    else:
+        index = _sheet_index(path, names, sheet)
+        raw = _load(path, workbook, index)
     if raw.height == 0:
-        raise InputError(f"{path}: sheet {name!r} is empty")
+        others = f"; its sheets are {', '.join(repr(n) for n in names)} (--sheet NAME)"
+        raise InputError(f"{path}: sheet {names[index]!r} is empty" + others * (len(names) > 1))
     raw = raw.with_columns(_tidy(pl.col(c)) for c in raw.columns)
     headers = list(raw.row(0))
-    return headers, raw.slice(1), {"sheet": name}
+    return headers, raw.slice(1), {"sheet": names[index], "passed_over": passed_over}
+
+
+def _load(path: Path, workbook: fastexcel.ExcelReader, index: int) -> pl.DataFrame:
+    try:
+        return workbook.load_sheet(index, header_row=None, dtypes="string").to_polars()
+    except fastexcel.FastExcelError as exc:
+        name = workbook.sheet_names[index]
+        raise InputError(f"{path}: sheet {name!r} cannot be read ({_first_line(exc)})") from exc
+
+
+def _first_sheet_with_data(
+    path: Path, workbook: fastexcel.ExcelReader
+) -> tuple[int, pl.DataFrame, list[str]]:
+    """The first sheet a user sees with something in it: hidden sheets (often last
+    quarter's figures kept for reference) and empty ones (a leftover "Sheet1", a chart) are
+    passed over, and named in the run's summary. Without one, the first sheet."""
+    passed_over = []
+    for index, name in enumerate(workbook.sheet_names):
+        try:
+            loaded = workbook.load_sheet(index, header_row=None, dtypes="string")
+        except fastexcel.FastExcelError:
+            passed_over.append(f"{name!r} unreadable")
+            continue
+        if loaded.visible != "visible":
+            passed_over.append(f"{name!r} hidden")
+        elif loaded.height == 0:
+            passed_over.append(f"{name!r} empty")
+        else:
+            return index, loaded.to_polars(), passed_over
+    return 0, _load(path, workbook, 0), []
 
 
 def _sheet_index(path: Path, names: list[str], sheet: str | int | None) -> int:
