@@ -179,6 +179,21 @@ def test_a_missing_required_column_stops_before_any_charge(tmp_path, db, capsys)
     assert not (tmp_path / "x.csv").exists()
 
 
+def test_two_columns_with_the_same_header_are_ambiguous_until_one_is_named(tmp_path, db, capsys):
+    source = tmp_path / "asking-and-sold.csv"
+    source.write_text("City,Type,Price,Area,Price\nRiyadh,villa,3000000,400,2500000\n")
+    assert score(db, str(source), "-o", str(tmp_path / "x.csv")) == 2
+    error = capsys.readouterr().err
+    assert "2 headers match field 'price' ('Price', 'Price_2' (also headed 'Price'))" in error
+    assert balance(db) == 5000
+
+    config = tmp_path / "sold.toml"
+    config.write_text('[columns]\nprice = "Price_2"\n', encoding="utf-8")
+    out = tmp_path / "sold.parquet"
+    assert score(db, str(source), "--config", str(config), "-o", str(out)) == 0
+    assert pl.read_parquet(out)["price_per_sqm"].to_list() == [6250.0]  # 2,500,000 / 400
+
+
 @pytest.mark.parametrize("source_format", ["csv", "xlsx", "parquet"])
 @pytest.mark.parametrize("target_format", ["csv", "xlsx", "parquet"])
 def test_every_reader_writer_pair_gives_the_same_results(

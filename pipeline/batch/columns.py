@@ -179,8 +179,19 @@ def load_column_config(path: Path | None = None) -> ColumnConfig:
     return ColumnConfig(aliases=aliases, explicit=explicit, source=path)
 
 
-def map_columns(headers: list[str], config: ColumnConfig, *, source: str) -> ColumnMap:
-    """Map every request field to at most one of ``headers`` (``source`` names the file)."""
+def map_columns(
+    headers: list[str],
+    config: ColumnConfig,
+    *,
+    source: str,
+    as_written: Mapping[str, str] | None = None,
+) -> ColumnMap:
+    """Map every request field to at most one of ``headers`` (``source`` names the file).
+
+    ``as_written``: the headers the reader renamed (``Price_2`` -> ``Price``, a repeated
+    header), matched as written: two columns both headed "Price" are as ambiguous as "Price"
+    and "السعر"."""
+    as_written = as_written or {}
     result: dict[str, str | None] = dict.fromkeys(MAPPED_FIELDS)
     claimed: set[str] = set()
     for name, wanted in config.explicit.items():
@@ -204,22 +215,27 @@ def map_columns(headers: list[str], config: ColumnConfig, *, source: str) -> Col
     for header in headers:
         if header in claimed:
             continue
-        matched = by_key.get(header_key(header))
+        written = as_written.get(header, header)
+        matched = by_key.get(header_key(written))
         if (
             matched is not None
-            and other_unit(header, matched)
-            and header_key(header) not in spelled_out
+            and other_unit(written, matched)
+            and header_key(written) not in spelled_out
         ):
             matched = None  # "Price ($)" has the key of alias "price", but not its unit
         else:
-            matched = matched or _loose_match(header, by_key)
+            matched = matched or _loose_match(written, by_key)
         if matched is not None and matched not in config.explicit:
             candidates.setdefault(matched, []).append(header)
 
     for name, found in candidates.items():
         if len(found) > 1:
+            shown = ", ".join(
+                f"{h!r} (also headed {as_written[h]!r})" if h in as_written else repr(h)
+                for h in found
+            )
             raise UsageError(
-                f"{source}: {len(found)} headers match field '{name}' ({_quoted(found)}); "
+                f"{source}: {len(found)} headers match field '{name}' ({shown}); "
                 f"keep one, or say which to use in a --config file: "
                 f'[columns] {name} = "{found[0]}"'
             )

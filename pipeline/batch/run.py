@@ -97,7 +97,8 @@ def prepare(options: BatchOptions) -> Prepared:
     if read.sheet is not None:  # a wrong sheet is the usual cause of a missing column
         first = ", the first; --sheet NAME reads another" if options.sheet is None else ""
         source += f" (sheet {read.sheet!r}{first})"
-    mapping = map_columns(raw.columns, load_column_config(options.config), source=source)
+    config = load_column_config(options.config)
+    mapping = map_columns(raw.columns, config, source=source, as_written=read.renamed_headers)
     row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
     requests = normalize(raw, mapping).with_columns(
         reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
