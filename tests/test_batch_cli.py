@@ -285,6 +285,26 @@ def test_a_hidden_first_sheet_is_passed_over_and_the_summary_names_the_sheet_rea
     assert notes["Sheet"] == "'Q4' (the first visible sheet with data; passed over: 'Q3' hidden)"
 
 
+def test_number_cells_of_a_workbook_come_back_as_the_same_numbers(tmp_path, db):
+    import xlsxwriter
+
+    source = tmp_path / "analyst.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["City", "Type", "Price", "Area", "SAR per m2", "lng"])
+    sheet.write_row(1, 0, ["Riyadh", "villa", 950000, 300])
+    sheet.write_formula(1, 4, "=C2/D2", None, 950000 / 300)  # cached 3166.6666666666665
+    sheet.write_number(1, 5, 46.6123456789)
+    workbook.close()
+    out = tmp_path / "scored.xlsx"
+    assert score(db, str(source), "-o", str(out)) == 0
+    results = openpyxl.load_workbook(out)["Results"]
+    row = [c.value for c in results[2]][:6]
+    assert row[:4] == ["Riyadh", "villa", 950000, 300]
+    # numbers, to the 16 digits xlsxwriter writes (the reader had cut them to 9 decimals)
+    assert row[4:] == [pytest.approx(950000 / 300, rel=1e-15), 46.6123456789]
+
+
 def test_an_output_that_is_the_input_is_refused_before_any_charge(tmp_path, db, capsys):
     source = tmp_path / "in.csv"
     text = "City,Type,Price,Area\nRiyadh,villa,3000000,400\n"

@@ -3,7 +3,10 @@
 fastexcel's ``dtypes="string"`` turns each cell into text the way a user reads it: whole numbers
 without a decimal point (1500000, not 1500000.0), other numbers with at most 9 decimal places,
 booleans as ``true``/``false``, dates and times as ISO ``YYYY-MM-DD HH:MM:SS``. Error cells
-(``#N/A``, ``#DIV/0!``) become null. Two artefacts of that conversion are undone here:
+(``#N/A``, ``#DIV/0!``) become null. Three artefacts of that conversion are undone here:
+
+- a number cut to 9 decimals (3166.666666667 for the formula result 3166.6666666666665) is
+  printed in full, so a value read and written back is the value in the cell;
 
 - a datetime at midnight becomes the date alone (``2024-05-01``), which is what a date cell shows;
 - a number of 10^8 or more with a fraction prints binary noise in its 9 decimals
@@ -26,6 +29,7 @@ from pipeline.errors import InputError
 
 MIDNIGHT = r"^(\d{4}-\d{2}-\d{2}) 00:00:00$"
 FLOAT_NOISE = r"^-?\d{8,}\.\d{9}$"
+NINE_DECIMALS = r"^-?\d+\.\d{9}$"  # how the text conversion prints a number it cut short
 
 
 def read_xlsx(
@@ -48,6 +52,7 @@ def read_xlsx(
     if raw.height == 0:
         others = f"; its sheets are {', '.join(repr(n) for n in names)} (--sheet NAME)"
         raise InputError(f"{path}: sheet {names[index]!r} is empty" + others * (len(names) > 1))
+    raw = _with_all_digits(workbook, index, raw)
     raw = raw.with_columns(_tidy(pl.col(c)) for c in raw.columns)
     headers = list(raw.row(0))
     return headers, raw.slice(1), {"sheet": names[index], "passed_over": passed_over}
@@ -101,6 +106,28 @@ def _sheet_index(path: Path, names: list[str], sheet: str | int | None) -> int:
             f"{', '.join(repr(n) for n in names)}"
         )
     return sheet
+
+
+def _with_all_digits(
+    workbook: fastexcel.ExcelReader, index: int, raw: pl.DataFrame
+) -> pl.DataFrame:
+    """`raw` with the numbers that the text conversion cut to 9 decimals (3166.666666667 for
+    3166.6666666666665, 46.612345679 for 46.6123456789) printed in full: the shortest text
+    that reads back as the cell's number. Only columns holding such a cut number are read
+    again, as numbers; a text cell reads back as exactly its own number, so it is left alone."""
+    cut = [i for i, c in enumerate(raw.columns) if raw[c].str.contains(NINE_DECIMALS).any()]
+    if not cut:
+        return raw
+    sheet = workbook.load_sheet(index, header_row=None, dtypes="float", use_columns=cut)
+    numbers = sheet.to_polars()
+    if numbers.height != raw.height:  # not the same cells: keep the text as it is
+        return raw
+    fixed = []
+    for position, number in zip(cut, numbers.iter_columns(), strict=True):
+        text = raw.get_column(raw.columns[position])
+        lost = text.str.contains(NINE_DECIMALS) & (text.cast(pl.Float64, strict=False) != number)
+        fixed.append(text.zip_with(~lost.fill_null(True), number.cast(pl.String)))
+    return raw.with_columns(fixed)
 
 
 def _tidy(cell: pl.Expr) -> pl.Expr:

@@ -19,19 +19,28 @@ FORMULA_FIRST = frozenset("=+-@\t\r")
 ARABIC = re.compile("[\u0600-\u06ff]")
 # The same test as a polars pattern: a value that may be Arabic or start like a formula.
 NEEDS_A_LOOK = r"^[=+\-@\t\r]|[^\x00-\x7f]"
-# Text that is a plain number and shows the same as a number in Excel's General format (at
-# most 11 characters, no leading zero, no trailing decimal zero, not below 0.0001): written
-# as a number, so that an input column of prices sums and sorts as numbers. "1,500,000",
-# "00123", "1.50", "1e6" and long identifiers stay text.
+# Text that is a plain number (no leading zero, no trailing decimal zero, not below 0.0001,
+# which General shows as 1E-05) is written as a number, so that an input column of prices sums
+# and sorts as numbers: a whole number of at most 11 characters (longer ones are identifiers,
+# phone numbers, which Excel would show as 1.23457E+11), a decimal of at most 11 characters
+# before its point and 17 significant digits (a double's longest shortest text; an XLSX
+# number cell read back in full, 3166.6666666666665). "1,500,000", "00123", "1.50", "1e6" and
+# long identifiers stay text.
 PLAIN_NUMBER = r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]*[1-9])?$"
 PLAIN_NUMBER_MAX_CHARS = 11
+PLAIN_DECIMAL = r"^-?[0-9]{1,11}\.[0-9]+$"
+PLAIN_DECIMAL_MAX_CHARS = 19  # sign, 17 digits and the point
 
 
 def plain_numbers(column: pl.Expr) -> pl.Expr:
     """The number a text cell shows, where it is a plain number (else null)."""
+    length = column.str.len_chars()
     plain = (
         column.str.contains(PLAIN_NUMBER)
-        & (column.str.len_chars() <= PLAIN_NUMBER_MAX_CHARS)
+        & (
+            (length <= PLAIN_NUMBER_MAX_CHARS)
+            | (column.str.contains(PLAIN_DECIMAL) & (length <= PLAIN_DECIMAL_MAX_CHARS))
+        )
         & (column != "-0")
         & ~column.str.contains(r"^-?0\.0000")  # General shows 0.00000001 as 1E-08
     )
