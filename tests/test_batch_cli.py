@@ -305,6 +305,28 @@ def test_number_cells_of_a_workbook_come_back_as_the_same_numbers(tmp_path, db):
     assert row[4:] == [pytest.approx(950000 / 300, rel=1e-15), 46.6123456789]
 
 
+def test_title_rows_above_the_header_are_not_listings(tmp_path, db, capsys):
+    import xlsxwriter
+
+    source = tmp_path / "export.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    sheet = workbook.add_worksheet()
+    sheet.merge_range(0, 0, 0, 4, "Portfolio Q4 2026")  # as broker exports open
+    sheet.write(1, 0, "Al Noor Real Estate, exported 2026-11-20")
+    sheet.write_row(3, 0, ["Ref", "City", "Type", "Price (SAR)", "Area"])
+    sheet.write_row(4, 0, ["A-1", "Riyadh", "villa", 3000000, 400])
+    sheet.write_row(5, 0, ["A-2", "Jeddah", "apartment", 900000, 150])
+    workbook.close()
+    out = tmp_path / "scored.parquet"
+    assert score(db, str(source), "-o", str(out), "--json") == 0
+    scored = pl.read_parquet(out)
+    assert scored.columns[:5] == ["Ref", "City", "Type", "Price (SAR)", "Area"]
+    assert scored["Ref"].to_list() == ["A-1", "A-2"] and scored["row_number"].to_list() == [1, 2]
+    assert scored["status"].to_list() == ["scored", "scored"] and balance(db) == 4998
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes["Header row"] == "row 4: the rows above it ('Portfolio Q4 2026'...) are a title"
+
+
 def test_an_output_that_is_the_input_is_refused_before_any_charge(tmp_path, db, capsys):
     source = tmp_path / "in.csv"
     text = "City,Type,Price,Area\nRiyadh,villa,3000000,400\n"
@@ -355,4 +377,4 @@ def test_a_missing_column_names_the_sheet_read_and_options_that_do_not_apply_war
     assert score(db, str(source), "-o", str(tmp_path / "o.csv"), "--encoding", "cp1256") == 2
     err = capsys.readouterr().err
     assert "--encoding applies to CSV files" in err
-    assert "(sheet 'Cover', the first; --sheet NAME reads another): no column for" in err
+    assert "(sheet 'Cover', the first with data; --sheet NAME reads another): no column for" in err

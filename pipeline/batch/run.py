@@ -22,6 +22,7 @@ from pipeline.batch.budget import Budget
 from pipeline.batch.columns import DEFAULT_CONFIG, ColumnMap, load_column_config, map_columns
 from pipeline.batch.execute import SECONDS_PER_DAY, Executor, now, triage
 from pipeline.batch.fingerprint import request_fingerprints
+from pipeline.batch.header_row import header_below_title
 from pipeline.batch.journal import Journal
 from pipeline.batch.normalize import normalize, normalize_column
 from pipeline.batch.positions import scattered
@@ -30,7 +31,7 @@ from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
 from pipeline.engine.schema import REQUEST_SCHEMA
-from pipeline.errors import UsageError
+from pipeline.errors import MissingColumnError, UsageError
 from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
 from pipeline.ledger.base import COST_WITH_REASONING, cost_of
@@ -86,7 +87,8 @@ class Prepared:
     mapping: ColumnMap
     requests: pl.DataFrame  # REQUEST_SCHEMA columns + row_number
     problems: pl.DataFrame  # reject_reasons() per row
-    sheet: str | None = None  # XLSX: the sheet read, and the sheets passed over before it
+    # how the file was read, for the summary: the sheet (and those passed over), a title
+    notes: list[tuple[str, object]] = field(default_factory=list)
 
 
 def prepare(options: BatchOptions) -> Prepared:
@@ -95,23 +97,37 @@ def prepare(options: BatchOptions) -> Prepared:
     raw = read.frame
     source = str(options.input)
     if read.sheet is not None:  # a wrong sheet is the usual cause of a missing column
-        first = ", the first; --sheet NAME reads another" if options.sheet is None else ""
+        first = ", the first with data; --sheet NAME reads another" if options.sheet is None else ""
         source += f" (sheet {read.sheet!r}{first})"
     config = load_column_config(options.config)
-    mapping = map_columns(raw.columns, config, source=source, as_written=read.renamed_headers)
+    notes: list[tuple[str, object]] = []
+    try:
+        mapping = map_columns(raw.columns, config, source=source, as_written=read.renamed_headers)
+    except MissingColumnError:
+        below = header_below_title(raw, config, source=source)
+        if below is None:
+            raise
+        title = next((h for h in read.frame.columns if h not in (read.renamed_headers or {})), "")
+        raw, mapping = below.frame, below.mapping
+        notes.append(
+            (
+                "Header row",
+                f"row {below.title_rows + 1}: the rows above it ({title!r}...) are a title",
+            )
+        )
     row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
     requests = normalize(raw, mapping).with_columns(
         reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
     )
     problems = reject_reasons(raw, requests, mapping, row_numbers)
-    sheet = None
     if read.sheet is not None:
         sheet = repr(read.sheet)
         if read.passed_over:
             sheet += (
                 f" (the first visible sheet with data; passed over: {', '.join(read.passed_over)})"
             )
-    return Prepared(raw, mapping, requests, problems, sheet)
+        notes.insert(0, ("Sheet", sheet))
+    return Prepared(raw, mapping, requests, problems, notes)
 
 
 def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
@@ -574,7 +590,7 @@ def run_batch(
     if dry_run:
         return make_plan(unique, prepared, keyed, scorer, journal, options, freshness_days)
 
-    notes: list[tuple[str, object]] = [] if prepared.sheet is None else [("Sheet", prepared.sheet)]
+    notes = list(prepared.notes)
     resuming = False
     if journal is not None:
         unfinished = journal.open_run()

@@ -167,8 +167,10 @@ def _first_long_record(source: Path | bytes, separator: str, skip: int) -> str:
             width = len(record)
         elif len(record) > width:
             row, line = number - skip - 1, records.line_num
+            title = " (is the first line a title above the header? delete it)" * (width == 1)
             return (
-                f"row {row} (line {line}) has {len(record)} fields but the header line has {width}"
+                f"row {row} (line {line}) has {len(record)} fields but the header line has "
+                f"{width}{title}"
             )
     return "a row has more fields than the header line"
 
