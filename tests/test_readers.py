@@ -255,6 +255,13 @@ def test_without_sheet_the_first_visible_sheet_with_data_is_read(tmp_path: Path)
 # --- Parquet ------------------------------------------------------------------------------
 
 
+def test_a_parquet_column_that_is_not_text_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "x.parquet"
+    pl.DataFrame({"price": ["1"], "photo": [b"\xff\xd8\xff"]}).write_parquet(path)
+    with pytest.raises(InputError, match=r"x.parquet: column 'photo' cannot be read as text"):
+        read_table(path)
+
+
 def test_parquet_columns_become_text(tmp_path: Path) -> None:
     path = tmp_path / "x.parquet"
     pl.DataFrame(

@@ -27,13 +27,15 @@ def read_parquet(path: Path) -> tuple[list[str | None], pl.DataFrame, dict[str, 
             "only flat columns can be read"
         )
     headers: list[str | None] = list(frame.columns)
-    try:
-        frame = frame.select(
-            pl.col(name).cast(pl.String).alias(f"c{i}") for i, name in enumerate(frame.columns)
-        )
-    except pl.exceptions.PolarsError as exc:  # e.g. a binary column that is not UTF-8
-        raise InputError(f"{path}: a column cannot be read as text ({_first_line(exc)})") from exc
-    return headers, frame, {}
+    texts = []
+    for i, name in enumerate(frame.columns):
+        try:
+            texts.append(frame.get_column(name).cast(pl.String).alias(f"c{i}"))
+        except pl.exceptions.PolarsError as exc:  # e.g. a binary column that is not UTF-8
+            raise InputError(
+                f"{path}: column {name!r} cannot be read as text ({_first_line(exc)})"
+            ) from exc
+    return headers, pl.DataFrame(texts), {}
 
 
 def _first_line(exc: Exception) -> str:
