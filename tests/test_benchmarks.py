@@ -22,6 +22,7 @@ from pipeline.engine.benchmarks_build import (
     build,
 )
 from pipeline.engine.names import normalize_name
+from pipeline.errors import UsageError
 
 SHARED_DATA = Path(__file__).parents[1].parent / "shared" / "data"
 
@@ -67,6 +68,17 @@ def test_unknown_district_falls_back_to_city(table: BenchmarkTable) -> None:
     assert row["benchmark_level"] == "city"
     assert row["benchmark_median_sqm"] == city["median_sqm"][0]
     assert row["benchmark_transaction_count"] == city["transaction_count"][0]
+
+
+@pytest.mark.parametrize("label", ["خارج حدود الأحياء", "أخرى"])
+def test_labels_that_name_no_district_get_the_city_benchmark(
+    table: BenchmarkTable, label: str
+) -> None:
+    # MOJ files deeds "outside the district boundaries" or "other": no district of their own
+    row = attach_benchmarks(frame([("Jeddah", label, "land")]), table).row(0, named=True)
+    assert row["benchmark_level"] == "city"
+    keys = set(table.benchmarks["district_key"].drop_nulls())
+    assert not keys & {normalize_name(label), normalize_name("حي " + label)}
 
 
 def test_unknown_city_has_no_benchmark_but_a_national_average(table: BenchmarkTable) -> None:
@@ -178,6 +190,12 @@ def test_alias_targets_exist_in_the_table(table: BenchmarkTable) -> None:
 
 
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="official data not present in ../shared/data")
+def test_a_folder_without_the_official_files_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"does not hold the official files \(moj/moj-sales"):
+        build(tmp_path, tmp_path / "benchmarks.csv")
+    assert not (tmp_path / "benchmarks.csv").exists()
+
+
 def test_rebuild_is_byte_identical(tmp_path: Path) -> None:
     report = build(SHARED_DATA, tmp_path / "benchmarks.csv")
     for name in ("benchmarks.csv", "market_averages.csv", "type_factors.csv"):

@@ -25,7 +25,8 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.engine.aliases import city_key_expr, district_key_expr
-from pipeline.engine.names import normalize_name_expr
+from pipeline.engine.names import normalize_name, normalize_name_expr
+from pipeline.errors import UsageError
 
 MOJ_FILE = Path("moj") / "moj-sales-2024-clean.csv.gz"
 QUARTER_REPORT_FILE = Path("rega") / "quarter-report-SI-2018Q1-2023Q3.csv"
@@ -38,8 +39,9 @@ MIN_TRANSACTIONS = 30
 # Agricultural deeds price farmland per m2 (median 60 SAR) and would drag every urban
 # benchmark down; the spec's types are all urban.
 CLASSIFICATIONS = ("Residential", "Commercial")
-# MOJ district labels that name no district: "other", "outside district boundaries".
-NOT_A_DISTRICT = frozenset({"اخري", "خارج حدود الاحياء"})
+# MOJ district labels that name no district: "other", "outside district boundaries"; as keys
+# (normalize_name: a final lone hamza goes, so the second is not the spelling it was written as).
+NOT_A_DISTRICT = frozenset(normalize_name(label) for label in ("أخرى", "خارج حدود الأحياء"))
 
 # yoy_pct compares the same quarters (Q1-Q3) of the year before, type by type.
 YOY_QUARTERS = (1, 2, 3)
@@ -601,6 +603,16 @@ def build(sources_dir: Path, out_path: Path) -> BuildReport:
     """Read the official files under `sources_dir` and write `out_path` (benchmarks.csv)
     and `market_averages.csv`, `type_factors.csv` beside it."""
     sources_dir, out_path = Path(sources_dir), Path(out_path)
+    missing = [
+        str(name)
+        for name in (MOJ_FILE, QUARTER_REPORT_FILE, SALES_INDICATORS_DIR)
+        if not (sources_dir / name).exists()
+    ]
+    if missing:
+        raise UsageError(
+            f"{sources_dir}: does not hold the official files ({', '.join(missing)} missing); "
+            "pass the folder that does (../shared/data)"
+        )
     deeds = read_moj_deeds(sources_dir / MOJ_FILE)
     urban = deeds.filter(pl.col("classification").is_in(CLASSIFICATIONS))
     # A multi-property deed's price covers all its units but its area may not: price/m2 mixes.
