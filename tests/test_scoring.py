@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.engine.schema import PROPERTY_TYPES
-from pipeline.engine.scoring import SCORE_COLUMNS, score_frame, score_row
+from pipeline.engine.scoring import (
+    SCORE_COLUMNS,
+    overall_score,
+    overall_score_row,
+    score_frame,
+    score_row,
+)
 from tests.engine_frames import DISTRICT_MARKET, NO_MARKET, market_frame, request_row
 
 BUCKETS = ("price", "location", "size", "details")
@@ -146,6 +152,14 @@ def test_overall_score_is_the_weighted_sum_of_rounded_buckets():
         + 0.15 * row["details_score"]
     )
     assert row["score"] == int(weighted + 0.5)
+
+
+def test_an_overall_score_of_exactly_a_half_rounds_up_to_match():
+    # 0.4 x 91 + 0.2 x 19 + 0.25 x 98 + 0.15 x 32 = 69.5, which floats compute as 69.4999...
+    buckets = {"price": 91, "location": 19, "size": 98, "details": 32}
+    assert overall_score_row(buckets) == 70
+    frame = pl.DataFrame({f"{name}_score": [score] for name, score in buckets.items()})
+    assert frame.select(overall_score()).item() == 70
 
 
 wide_listings = st.fixed_dictionaries(

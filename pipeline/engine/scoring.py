@@ -18,8 +18,10 @@ import polars as pl
 
 Row = Mapping[str, Any]
 
-# Weights of the buckets in the overall score; they sum to 1.
-WEIGHTS: dict[str, float] = {"price": 0.40, "location": 0.20, "size": 0.25, "details": 0.15}
+# Weights of the buckets in the overall score, in percent; they sum to 100. Whole numbers, so
+# the overall score is exact integer arithmetic: in floats, 0.4 x 91 + 0.2 x 19 + 0.25 x 98 +
+# 0.15 x 32 is 69.49999..., and a score of exactly 69.5 would round down to a partial.
+WEIGHTS: dict[str, int] = {"price": 40, "location": 20, "size": 25, "details": 15}
 
 # Verdict bands of the spec, and the same bands for a bucket's status.
 MATCH_FROM = 70
@@ -439,15 +441,21 @@ def _bucket_expressions() -> list[pl.Expr]:
     ]
 
 
-def _overall() -> pl.Expr:
-    # From the rounded bucket scores, so an analyst can recompute it from the sheet.
+def overall_score() -> pl.Expr:
+    """The overall score from the `*_score` columns of the rounded buckets (so an analyst can
+    recompute it from the sheet): their weighted mean, rounded half up."""
     weighted = sum(WEIGHTS[name] * pl.col(f"{name}_score") for name in WEIGHTS)
-    return _round_score(weighted)
+    return (weighted + 50) // 100
+
+
+def overall_score_row(buckets: Mapping[str, int]) -> int:
+    """`overall_score` of one row's bucket scores (by bucket name)."""
+    return (sum(WEIGHTS[name] * buckets[name] for name in WEIGHTS) + 50) // 100
 
 
 _BUCKETS = _bucket_expressions()
 _STATUSES = [status(pl.col(f"{name}_score")).alias(f"{name}_status") for name in WEIGHTS]
-_OVERALL = _overall().alias("score")
+_OVERALL = overall_score().alias("score")
 
 
 STREAMING_FROM_ROWS = 100_000  # from here the streaming engine's morsels on every core pay
@@ -484,12 +492,10 @@ def score_row(row: Row) -> dict[str, Any]:
         score = _round_score_row(bucket(row))
         scored[f"{name}_score"] = score
         scored[f"{name}_status"] = _band(score, ("pass", "warn", "fail"))
-    buckets = [scored[f"{name}_score"] for name in WEIGHTS]
+    buckets = {name: scored[f"{name}_score"] for name in WEIGHTS}
     overall = None
-    if None not in buckets:
-        overall = _round_score_row(
-            sum(WEIGHTS[n] * b for n, b in zip(WEIGHTS, buckets, strict=True))
-        )
+    if None not in buckets.values():
+        overall = overall_score_row(buckets)
     scored["score"] = overall
     scored["verdict"] = _band(overall, ("match", "partial", "no_match"))
     return scored
