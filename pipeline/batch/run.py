@@ -127,6 +127,9 @@ def prepare(options: BatchOptions) -> Prepared:
                 f" (the first visible sheet with data; passed over: {', '.join(read.passed_over)})"
             )
         notes.insert(0, ("Sheet", sheet))
+    if read.merged_down:
+        shown = ", ".join(read.merged_down[:5]) + (", ..." if len(read.merged_down) > 5 else "")
+        notes.append(("Merged cells filled down", f"{len(read.merged_down)} ({shown})"))
     return Prepared(raw, mapping, requests, problems, notes)
 
 

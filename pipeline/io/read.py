@@ -53,6 +53,7 @@ class ReadResult:
     separator: str | None = None  # CSV: the field separator used
     sheet: str | None = None  # XLSX: the sheet read
     passed_over: list[str] | None = None  # XLSX without --sheet: sheets before it not read
+    merged_down: list[str] | None = None  # XLSX: merges down a column, filled ("B2:B5")
     renamed_headers: dict[str, str] | None = None  # final name -> header as written
 
 

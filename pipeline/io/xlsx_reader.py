@@ -26,6 +26,7 @@ import fastexcel
 import polars as pl
 
 from pipeline.errors import InputError
+from pipeline.io.xlsx_merged import fill_merged_down
 
 MIDNIGHT = r"^(\d{4}-\d{2}-\d{2}) 00:00:00$"
 FLOAT_NOISE = r"^-?\d{8,}\.\d{9}$"
@@ -54,8 +55,10 @@ def read_xlsx(
         raise InputError(f"{path}: sheet {names[index]!r} is empty" + others * (len(names) > 1))
     raw = _with_all_digits(workbook, index, raw)
     raw = raw.with_columns(_tidy(pl.col(c)) for c in raw.columns)
+    raw, merged = fill_merged_down(path, index, raw)
     headers = list(raw.row(0))
-    return headers, raw.slice(1), {"sheet": names[index], "passed_over": passed_over}
+    details = {"sheet": names[index], "passed_over": passed_over, "merged_down": merged}
+    return headers, raw.slice(1), details
 
 
 def _load(path: Path, workbook: fastexcel.ExcelReader, index: int) -> pl.DataFrame:

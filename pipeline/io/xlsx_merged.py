@@ -1,0 +1,119 @@
+"""Cells merged down a column, as broker sheets merge a city or a district over the rows of one
+block: Excel shows the value on every row of the merge, but stores it in the top cell only, and
+calamine reads the others as empty. They are read here from the sheet's XML and filled down.
+
+Only merges that span rows and start below the first row are filled, and only down their first
+column (a merge across columns is a heading, or a note spread over the next column, whose value
+does not belong in that column). The sheet's XML counts rows and columns from A1, the frame from
+the first cell that holds a value; if any merge does not look, at the place computed, as
+calamine read it (a value on top, nothing under it), nothing is filled.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from xml.etree import ElementTree
+
+import polars as pl
+
+_MERGE = re.compile(rb'<(?:\w+:)?mergeCell\s+ref="([A-Z]+)([0-9]+):([A-Z]+)([0-9]+)"')
+# A cell element with content (not self-closing): one calamine reads a value from.
+_CELL = rb'<(?:\w+:)?c\s+r="%s([0-9]+)"[^>]*(?<!/)>'
+_NS = {
+    "m": "http://schemas.openxmlformats.org/spreadsheetml/2006/main",
+    "r": "http://schemas.openxmlformats.org/officeDocument/2006/relationships",
+}
+_RELS = "{http://schemas.openxmlformats.org/package/2006/relationships}Relationship"
+
+
+@dataclass(frozen=True)
+class MergedDown:
+    ref: str  # as Excel names it: "B2:B5"
+    column: int  # 0-based, in the sheet
+    first_row: int  # 0-based, in the sheet: the cell holding the value
+    last_row: int
+
+
+def fill_merged_down(
+    path: Path, sheet_index: int, frame: pl.DataFrame
+) -> tuple[pl.DataFrame, list[str]]:
+    """`frame` (a sheet as read, its first row the header) with each merge down a column filled
+    with its top value, and the merges filled ("B2:B5")."""
+    xml = _sheet_xml(path, sheet_index)
+    if xml is None or b"mergeCell" not in xml:
+        return frame, []
+    merges = [m for m in _merges(xml) if m.last_row > m.first_row]
+    origin = _origin(xml)
+    if not merges or origin is None:
+        return frame, []
+    top, left = origin
+    columns: dict[int, list[str | None]] = {}
+    done = []
+    for merge in sorted(merges, key=lambda m: (m.first_row, m.column)):
+        row, column = merge.first_row - top, merge.column - left
+        last = min(merge.last_row - top, frame.height - 1)
+        if row < 1 or not 0 <= column < frame.width or last <= row:
+            continue  # the header row or above, or outside the table
+        cells = columns.setdefault(column, frame.to_series(column).to_list())
+        if cells[row] is None or any(c is not None for c in cells[row + 1 : last + 1]):
+            return frame, []  # not where calamine put it: the origin is wrong, fill nothing
+        cells[row + 1 : last + 1] = [cells[row]] * (last - row)
+        done.append(merge.ref)
+    filled = [pl.Series(frame.columns[c], cells, dtype=pl.String) for c, cells in columns.items()]
+    return frame.with_columns(filled), done
+
+
+def _sheet_xml(path: Path, sheet_index: int) -> bytes | None:
+    """The XML of the workbook's sheet at `sheet_index` (the order of its tabs), or None."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            workbook = ElementTree.fromstring(archive.read("xl/workbook.xml"))
+            sheets = workbook.findall("m:sheets/m:sheet", _NS)
+            rel_id = sheets[sheet_index].get(f"{{{_NS['r']}}}id")
+            rels = ElementTree.fromstring(archive.read("xl/_rels/workbook.xml.rels"))
+            target = next(r.get("Target", "") for r in rels.iter(_RELS) if r.get("Id") == rel_id)
+            name = target.lstrip("/") if target.startswith("/") else posixpath.join("xl", target)
+            return archive.read(posixpath.normpath(name))
+    except (KeyError, IndexError, StopIteration, zipfile.BadZipFile, ElementTree.ParseError):
+        return None
+
+
+def _merges(xml: bytes) -> list[MergedDown]:
+    found = []
+    for match in _MERGE.finditer(xml):
+        left, top, right, bottom = match.groups()
+        ref = f"{left.decode()}{top.decode()}:{right.decode()}{bottom.decode()}"
+        found.append(MergedDown(ref, _column(left), int(top) - 1, int(bottom) - 1))
+    return found
+
+
+def _origin(xml: bytes) -> tuple[int, int] | None:
+    """(row, column), 0-based, of the first row and column holding a value: where calamine's
+    range, and so the frame, starts."""
+    first = re.search(_CELL % rb"([A-Z]+)", xml)  # rows come in order: the top row
+    if first is None:
+        return None
+    for column in range(_column(first.group(1)) + 1):
+        if re.search(_CELL % _letters(column).encode(), xml):
+            return int(first.group(2)) - 1, column
+    return None
+
+
+def _column(letters: bytes) -> int:
+    number = 0
+    for letter in letters:
+        number = number * 26 + letter - ord("A") + 1
+    return number - 1
+
+
+def _letters(column: int) -> str:
+    letters = ""
+    column += 1
+    while column:
+        column, rest = divmod(column - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
