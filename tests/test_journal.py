@@ -692,3 +692,34 @@ def test_new_benchmarks_list_the_verdicts_they_flip(tmp_path, monkeypatch):
     assert main(argv) == 0
     changed = _changes_listed(book)
     assert len(changed) > 20 and all(new != "match" for _, _, new in changed)
+
+
+def test_rows_in_doubt_left_unsent_by_a_small_budget_are_replayed_not_paid_again(
+    tmp_path, monkeypatch
+):
+    from pipeline.batch.journal import Journal
+
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
+    job = Job(tmp_path)
+    record, recorded = Journal.record, []
+
+    def crash_at_the_third_answers(journal, answers, batch_key):
+        if len(recorded) == 2:
+            raise KeyboardInterrupt  # the third batch charged, its answers never recorded
+        recorded.append(batch_key)
+        record(journal, answers, batch_key)
+
+    monkeypatch.setattr(Journal, "record", crash_at_the_third_answers)
+    source = SAMPLE / "portfolio.csv"
+    assert job.score(source) == 130
+    monkeypatch.setattr(Journal, "record", record)
+    assert job.charged() == 120
+
+    # Too small a budget for the batch in doubt: it is not sent, and stays in doubt...
+    assert job.score(source, "--budget", "10") == 3
+    assert job.charged() == 120
+    assert job.results().filter(pl.col("status") == "skipped").height > 40
+    # ...so the next run sends it again under its key: replayed, not charged again
+    assert job.score(source) == 0
+    assert job.charged() == DISTINCT_VALID
+    assert job.results()["decisions_used"].sum() == DISTINCT_VALID

@@ -187,6 +187,39 @@ def test_a_rerun_counts_replayed_answers_as_paid_before_not_spent_again(tmp_path
     assert second.summary.balance_after is None  # replays tell the balance of then, not now
 
 
+def test_requests_in_doubt_a_budget_keeps_back_are_replayed_later_not_paid_again(
+    tmp_path, service, small, monkeypatch
+):
+    record = Journal.record
+
+    def killed_before_the_answers_are_recorded(journal, answers, batch_key):
+        raise KeyboardInterrupt  # as kill -9: the batch charged, left `sent` in the journal
+
+    monkeypatch.setattr(Journal, "record", killed_before_the_answers_are_recorded)
+    journal_path = tmp_path / "run.journal"
+    out = tmp_path / "out.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        score_remote(remote(service.url, service.key), out, journal=Journal(journal_path),
+                     source=small)  # fmt: skip
+    monkeypatch.setattr(Journal, "record", record)
+    charged = 10_000 - service.balance()
+    assert charged > 0
+
+    held = score_remote(  # the requests in doubt, not affordable this time: not sent
+        remote(service.url, service.key), out, journal=Journal(journal_path), source=small,
+        budget=0,
+    )  # fmt: skip
+    assert held.exit_code == 3 and 10_000 - service.balance() == charged
+    messages = held.results.filter(pl.col("status") == "skipped")["error_message"]
+    assert messages.str.contains("replays it instead of paying again").sum() == charged
+
+    last = score_remote(
+        remote(service.url, service.key), out, journal=Journal(journal_path), source=small
+    )
+    assert last.exit_code == 0
+    assert 10_000 - service.balance() == last.results["decisions_used"].sum()  # each paid once
+
+
 def test_402_mid_run_then_topup_then_same_run_pays_each_row_once(tmp_path, service, small):
     drained = threading.Event()
 

@@ -34,6 +34,12 @@ from pipeline.batch.scorers.base import (
 
 StageProgress = Callable[[int, int], None]  # (requests handled, decisions spent)
 
+# Said of a row in doubt that the budget or the balance kept from going again.
+STILL_IN_DOUBT = (
+    " (an earlier run sent it and stopped before its answer came back: if that charge went"
+    " through, the next run replays it instead of paying again)"
+)
+
 SECONDS_PER_DAY = 86_400
 
 
@@ -110,7 +116,7 @@ class Executor:
         handled = triaged.reuse.height
         stop: tuple[str, str] | None = None
         for group in self._doubt_groups(triaged.in_doubt):
-            answers = self._send(group, keep_costs=keep_costs)
+            answers = self._send(group, keep_costs=keep_costs, in_doubt=True)
             parts.append(answers)
             handled += group.height
             progress(handled, self.budget.spent)
@@ -209,21 +215,37 @@ class Executor:
         return [group for _, group in keyed.group_by("batch_key", maintain_order=True)]
 
     def _send(
-        self, group: pl.DataFrame, rows_file: str | None = None, *, keep_costs: bool = True
+        self,
+        group: pl.DataFrame,
+        rows_file: str | None = None,
+        *,
+        keep_costs: bool = True,
+        in_doubt: bool = False,
     ) -> pl.DataFrame:
         """Mark `group` (one batch_key) sent, score it, record the answers. `rows_file`: the
         group's rows file if it was written ahead.
 
         The journal keeps each scored row at its cost, what its decision was paid whenever
         it was; the rows returned say what this run spent on them, unless `keep_costs` (a
-        resumed run: the output counts what the whole job paid)."""
+        resumed run: the output counts what the whole job paid).
+
+        A group `in_doubt` (sent by an earlier run, no answer recorded) may have been paid:
+        its rows that the budget or the balance keep from going again this time stay in doubt,
+        under their keys, for the next run to replay. Recorded as skipped, they would count
+        as never sent, and be paid again under new keys."""
         batch_key = group["batch_key"][0]
         if self.journal is not None:
             self.journal.mark_sent(group, batch_key, rows_file)
         answers = _with_fingerprint(self.scorer.score(group, budget=self.budget), group)
+        if in_doubt:
+            answers = answers.with_columns(
+                error_message=pl.when(pl.col("status") == "skipped")
+                .then(pl.concat_str("error_message", pl.lit(STILL_IN_DOUBT)))
+                .otherwise("error_message")
+            )
         paid = _at_cost(answers, group)
         if self.journal is not None:
-            self.journal.record(paid, batch_key)
+            _record(self.journal, group, paid, batch_key, in_doubt=in_doubt)
         return paid if keep_costs else answers
 
     def _reused(self, reuse: pl.DataFrame, keep_costs: bool) -> pl.DataFrame:
@@ -255,6 +277,23 @@ class _Ahead:
     def discard(self, journal: Journal | None) -> None:
         if self.written.exception() is None and journal is not None:
             journal.discard_rows(self.written.result())
+
+
+def _record(
+    journal: Journal, group: pl.DataFrame, paid: pl.DataFrame, batch_key: str, *, in_doubt: bool
+) -> None:
+    """`Journal.record` the answers to `group`, but leave rows of a group `in_doubt` that
+    were not sent this time (skipped) in doubt, under their keys."""
+    unsent = paid["status"] == "skipped"
+    if not in_doubt or not unsent.any():
+        journal.record(paid, batch_key)
+        return
+    if not unsent.all():
+        # Some answered (remote: a key per request): the rest in a batch of their own. An
+        # embedded batch, one charge, is sent or skipped whole.
+        held = group.join(paid.filter(unsent), on="request_id", how="semi")
+        journal.mark_sent(held, f"doubt-{uuid.uuid4().hex}")
+    journal.record(paid.filter(~unsent), batch_key)  # all unsent: nothing, the batch stays sent
 
 
 def _of_group(answers: pl.DataFrame, group: pl.DataFrame, column: str) -> pl.Series:
