@@ -327,6 +327,26 @@ def test_title_rows_above_the_header_are_not_listings(tmp_path, db, capsys):
     assert notes["Header row"] == "row 4: the rows above it ('Portfolio Q4 2026'...) are a title"
 
 
+def test_a_city_merged_over_its_rows_is_every_rows_city(tmp_path, db, capsys):
+    import openpyxl
+
+    workbook = openpyxl.Workbook()
+    sheet = workbook.active
+    sheet.append(["City", "District", "Type", "Price", "Area"])
+    sheet.append(["Riyadh", "Al Malqa", "villa", 3000000, 400])
+    sheet.append([None, None, "villa", 3100000, 420])
+    sheet.merge_cells("A2:A3")
+    sheet.merge_cells("B2:B3")
+    workbook.save(tmp_path / "blocks.xlsx")
+    out = tmp_path / "scored.parquet"
+    assert score(db, str(tmp_path / "blocks.xlsx"), "-o", str(out), "--json") == 0
+    scored = pl.read_parquet(out)
+    assert scored["City"].to_list() == ["Riyadh", "Riyadh"]  # as Excel shows the sheet
+    assert scored["benchmark_median_sqm"].n_unique() == 1  # the district's, on both rows
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes["Merged cells filled down"] == "2 (A2:A3, B2:B3)"
+
+
 def test_an_output_that_is_the_input_is_refused_before_any_charge(tmp_path, db, capsys):
     source = tmp_path / "in.csv"
     text = "City,Type,Price,Area\nRiyadh,villa,3000000,400\n"

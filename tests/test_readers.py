@@ -252,6 +252,30 @@ def test_without_sheet_the_first_visible_sheet_with_data_is_read(tmp_path: Path)
         read_table(path, sheet="Sheet1")
 
 
+def test_cells_merged_down_a_column_are_filled_with_their_value(tmp_path: Path) -> None:
+    import openpyxl
+
+    workbook = openpyxl.Workbook()
+    sheet = workbook.active
+    sheet.append([None])  # the table starts at B2: the XML counts from A1, the frame from B2
+    sheet.append([None, "City", "District", "Type", "Price", "Notes", None])
+    rows = [("Riyadh", "Al Malqa", "villa", 950000, "corner plot"), (None, None, "villa", 980000),
+            (None, None, "land", 990000), ("Jeddah", "Al Rawdah", "apartment", 900000)]  # fmt: skip
+    for row in rows:
+        sheet.append([None, *row])
+    sheet.merge_cells("B3:B5")  # a city over the rows of its block
+    sheet.merge_cells("C3:C4")  # a district over two of them
+    sheet.merge_cells("F3:G3")  # a note across two columns: a layout, not a value per column
+    sheet.merge_cells("D2:D2")  # a one-cell "merge" in the header row
+    workbook.save(tmp_path / "merged.xlsx")
+
+    result = read_table_with_info(tmp_path / "merged.xlsx")
+    assert result.frame["City"].to_list() == ["Riyadh", "Riyadh", "Riyadh", "Jeddah"]
+    assert result.frame["District"].to_list() == ["Al Malqa", "Al Malqa", None, "Al Rawdah"]
+    assert result.frame["Notes"].to_list() == ["corner plot", None, None, None]
+    assert result.merged_down == ["B3:B5", "C3:C4"]
+
+
 # --- Parquet ------------------------------------------------------------------------------
 
 
