@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -695,7 +696,7 @@ def test_new_benchmarks_list_the_verdicts_they_flip(tmp_path, monkeypatch):
 
 
 def test_rows_in_doubt_left_unsent_by_a_small_budget_are_replayed_not_paid_again(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ):
     from pipeline.batch.journal import Journal
 
@@ -720,6 +721,11 @@ def test_rows_in_doubt_left_unsent_by_a_small_budget_are_replayed_not_paid_again
     assert job.charged() == 120
     assert job.results().filter(pl.col("status") == "skipped").height > 40
     # ...so the next run sends it again under its key: replayed, not charged again
-    assert job.score(source) == 0
+    capsys.readouterr()
+    assert job.score(source, "--json") == 0
     assert job.charged() == DISTINCT_VALID
+    summary = json.loads(capsys.readouterr().out)  # the summaries add up to the ledger
+    assert summary["decisions_spent"] == DISTINCT_VALID - 120
+    # the second batch too: its answers were being written when the run died
+    assert summary["notes"]["Replayed from an earlier run's charges (not paid again)"] == 80
     assert job.results()["decisions_used"].sum() == DISTINCT_VALID

@@ -107,6 +107,9 @@ class Executor:
     budget: Budget
     reserve: int = 0
     reused: int = 0  # requests answered from the journal, over every pass
+    # decisions charged by an earlier run that stopped before its answers came back (so no
+    # run's spending counts them), whose charges this run replayed
+    replayed: int = 0
     oldest_reused: float = float("inf")  # when the oldest answer reused was scored
 
     def run(self, triaged: Triage, progress: StageProgress, *, keep_costs: bool) -> pl.DataFrame:
@@ -244,6 +247,10 @@ class Executor:
                 .otherwise("error_message")
             )
         paid = _at_cost(answers, group)
+        if paid is not answers:
+            self.replayed += int(paid["decisions_used"].sum()) - int(
+                answers["decisions_used"].sum()
+            )
         if self.journal is not None:
             _record(self.journal, group, paid, batch_key, in_doubt=in_doubt)
         return paid if keep_costs else answers

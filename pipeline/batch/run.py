@@ -628,6 +628,8 @@ def run_batch(
             ("Budget", "none" if options.budget is None else options.budget),
             ("Duplicate rows (scored once)", int(keyed.height - unique.height)),
             ("Reused from the journal (0 decisions)", executor.reused),
+            *([("Replayed from an earlier run's charges (not paid again)", executor.replayed)]
+              if executor.replayed else []),
             ("Verdicts changed since last run", 0 if changes is None else changes.height),
             ("Scorer", scorer.name),
             *notes,
