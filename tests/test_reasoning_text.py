@@ -35,3 +35,44 @@ def test_the_benchmark_sentence_names_the_type_with_its_article(
     )
     reasoning_en = engine.evaluate(request)["reasoning"]["reasoning_en"]
     assert phrase in reasoning_en
+
+
+def explain(engine: Engine, city: str, district: str | None = None, **prop: object) -> dict:
+    request = parse_request(
+        {
+            "property": {"type": "apartment", "price": 900000, "area": 150, **prop},
+            "location": {"city": city, **({"district": district} if district else {})},
+            "reasoning": True,
+        }
+    )
+    return engine.evaluate(request)["reasoning"]
+
+
+def test_a_registry_name_that_starts_with_the_word_district_is_not_given_it_twice(engine):
+    text = explain(engine, "Madinah", "Al Aziziyah")["reasoning_ar"]  # registry: حى العزيزية
+    assert "حي العزيزية في المدينة المنورة" in text and "حي حى" not in text
+
+
+def test_the_arabic_names_the_quartiles_not_the_quarters(engine):
+    expensive = explain(engine, "Riyadh", "Al Malqa", price=9_000_000)
+    assert "فوق الربيع الأعلى" in expensive["reasoning_ar"]
+    assert "الربع" not in expensive["reasoning_ar"]
+
+
+def test_a_type_factor_measured_nationally_is_said_to_be(engine):
+    reasoning = explain(engine, "Abqaiq")  # too few apartment sales there for a factor
+    assert "against all sales in Saudi Arabia" in reasoning["reasoning_en"]
+    assert "مقارنة بجميع الصفقات في المملكة" in reasoning["reasoning_ar"]
+
+
+def test_names_as_written_are_tidied_and_ages_read_as_english(engine):
+    reasoning = explain(engine, "  riyadh ", "AL-MALQA", age=1)["reasoning_en"]
+    assert "in AL-MALQA, riyadh," in reasoning and "The building is 1 year old." in reasoning
+    assert "The building is new" in explain(engine, "Riyadh", age=0)["reasoning_en"]
+    assert "المبنى جديد" in explain(engine, "Riyadh", age=0)["reasoning_ar"]
+
+
+def test_office_figures_are_said_to_be_the_commercial_ones(engine):
+    reasoning = explain(engine, "Riyadh", "Al Malqa", type="office")["reasoning_en"]
+    assert reasoning.count("commercial sales (no figure is published for offices)") == 1
+    assert "office sales" not in reasoning

@@ -7,6 +7,7 @@ docs/scoring.md) so an analyst can filter on them; key factors are sentences.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -76,21 +77,36 @@ def _pct_diff(value: float, reference: float) -> float:
     return (value / reference - 1.0) * 100.0
 
 
+def _as_written(text: str | None) -> str:
+    """A name the user wrote, spaces tidied ('  riyadh ' -> 'riyadh')."""
+    return " ".join((text or "").split())
+
+
+def _official_ar(name: str) -> str:
+    """An official Arabic name for a sentence: without tatweel, and without the word for
+    district that some registry names start with (حى العزيزية), since the text adds its own."""
+    return _DISTRICT_WORD.sub("", name.replace("\u0640", "")).strip()
+
+
+_DISTRICT_WORD = re.compile(r"^\s*ح[يى]\s+")
+
+
 def _place(row: Mapping[str, Any]) -> str:
-    district, city = row.get("district"), row.get("city")
+    district, city = _as_written(row.get("district")), _as_written(row.get("city"))
     return f"{district}, {city}" if district and row.get("benchmark_level") == "district" else city
 
 
 def _place_ar(row: Mapping[str, Any]) -> str:
-    city = row.get("benchmark_city_ar") or row.get("city")
+    city = _city_ar(row)
     district = row.get("benchmark_district_ar") or row.get("district")
     if district and row.get("benchmark_level") == "district":
-        return f"حي {district} في {city}"
+        return f"حي {_official_ar(district)} في {city}"
     return f"مدينة {city}"
 
 
 def _city_ar(row: Mapping[str, Any]) -> str:
-    return row.get("benchmark_city_ar") or row["city"]
+    official = row.get("benchmark_city_ar")
+    return _official_ar(official) if official else _as_written(row["city"])
 
 
 def adjusted(row: Mapping[str, Any], name: str) -> float:
@@ -132,12 +148,12 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     if row.get("benchmark_level") is None:
         return (
             [
-                f"No official benchmark exists for {row['city']}: the price could not be "
-                f"compared with recorded sales (price per m2 {_sar(ppsqm)} SAR)."
+                f"No official benchmark exists for {_as_written(row['city'])}: the price "
+                f"could not be compared with recorded sales (price per m2 {_sar(ppsqm)} SAR)."
             ],
             [
-                f"لا يوجد مؤشر رسمي لمدينة {row['city']}، فلم تُقارن قيمة العقار بالصفقات "
-                f"المسجلة (سعر المتر {_sar(ppsqm)} ريال)."
+                f"لا يوجد مؤشر رسمي لمدينة {_as_written(row['city'])}، فلم تُقارن قيمة "
+                f"العقار بالصفقات المسجلة (سعر المتر {_sar(ppsqm)} ريال)."
             ],
         )
     median, p25, p75 = (adjusted(row, k) for k in ("median", "p25", "p75"))
@@ -146,12 +162,12 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     side_ar = "أقل" if diff < 0 else "أعلى"
     if ppsqm <= p25:
         band_en = "at or below the 25th percentile (well priced)"
-        band_ar = "عند الربع الأدنى أو دونه (سعر جيد)"
+        band_ar = "عند الربيع الأدنى أو دونه (سعر جيد)"
     elif ppsqm <= p75:
         band_en, band_ar = "between the 25th and 75th percentiles", "بين الربيعين الأدنى والأعلى"
     else:
         band_en = "above the 75th percentile (expensive for the area)"
-        band_ar = "فوق الربع الأعلى (مرتفع للمنطقة)"
+        band_ar = "فوق الربيع الأعلى (مرتفع للمنطقة)"
     count, year, kind = row["benchmark_transaction_count"], row["benchmark_year"], row["type"]
     factor = row.get("type_factor") or 1.0
     all_deeds = row["benchmark_median_sqm"]
@@ -159,15 +175,15 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         f"The asking price of {_sar(ppsqm)} SAR per m2 is {abs(diff):.0f}% {side_en} the median "
         f"of {_sar(median)} SAR/m2 for {_TYPE_EN[kind]} in {_place(row)}, {band_en}. That "
         f"median is the area's median over all {count:,} deeds of {year} "
-        f"({_sar(all_deeds)} SAR/m2) times {factor:.2f}, the price level of {kind} sales "
-        "against all sales there."
+        f"({_sar(all_deeds)} SAR/m2) times {factor:.2f}, the price level of {_sales_en(kind)} "
+        f"against all sales {_factor_where_en(row)}."
     )
     ar = (
         f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {side_ar} بنسبة {abs(diff):.0f}% من الوسيط "
         f"البالغ {_sar(median)} ريال للمتر لل{_TYPE_AR[kind][2:]} في {_place_ar(row)}، {band_ar}. "
         f"وهذا الوسيط هو وسيط جميع الصفقات في المنطقة ({count:,} صفقة في {year}، "
         f"{_sar(all_deeds)} ريال للمتر) مضروباً في {factor:.2f}، وهو مستوى أسعار "
-        f"{_TYPE_AR_PLURAL[kind]} مقارنة بجميع الصفقات هناك."
+        f"{_sales_ar(kind)} مقارنة بجميع الصفقات {_factor_where_ar(row)}."
     )
     sentences_en, sentences_ar = [en], [ar]
     yoy = row.get("benchmark_yoy_pct")
@@ -179,6 +195,40 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     return sentences_en, sentences_ar
 
 
+def _sales_en(kind: str, *, said: bool = False) -> str:
+    # No source publishes office sales: offices take the commercial figures (BENCHMARKS.md).
+    # `said`: the explanation has said so already.
+    if kind == "office":
+        return "commercial sales" + " (no figure is published for offices)" * (not said)
+    return f"{kind} sales"
+
+
+def _sales_ar(kind: str, *, said: bool = False) -> str:
+    if kind == "office":
+        return "العقارات التجارية" + " (لا تُنشر أرقام للمكاتب)" * (not said)
+    return _TYPE_AR_PLURAL[kind]
+
+
+def _factor_where_en(row: Mapping[str, Any]) -> str:
+    """Where the type factor was measured: the benchmark's own area, its city or the
+    country (where the area has too few sales of the type)."""
+    level = row.get("type_factor_level")
+    if level == "national":
+        return "in Saudi Arabia"
+    if level == "city" and row.get("benchmark_level") == "district":
+        return f"in {_as_written(row['city'])}"
+    return "there"
+
+
+def _factor_where_ar(row: Mapping[str, Any]) -> str:
+    level = row.get("type_factor_level")
+    if level == "national":
+        return "في المملكة"
+    if level == "city" and row.get("benchmark_level") == "district":
+        return f"في مدينة {_city_ar(row)}"
+    return "هناك"
+
+
 def _market_average_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     average = row.get("market_avg_sqm")
     if average is None:
@@ -187,17 +237,20 @@ def _market_average_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[s
     side_en = "below" if diff < 0 else "above"
     side_ar = "أقل" if diff < 0 else "أعلى"
     level = row.get("market_avg_level")
-    where_en = {"district": _place(row), "city": row["city"]}.get(level, "Saudi Arabia")
+    where_en = {"district": _place(row), "city": _as_written(row["city"])}.get(
+        level, "Saudi Arabia"
+    )
     where_ar = {"district": _place_ar(row), "city": f"مدينة {_city_ar(row)}"}.get(level, "المملكة")
     kind = row["type"]
+    said = row.get("benchmark_level") is not None  # by the benchmark sentence
     return (
         [
             f"It is {abs(diff):.0f}% {side_en} the average of {_sar(average)} SAR/m2 "
-            f"for {kind} sales in {where_en}."
+            f"for {_sales_en(kind, said=said)} in {where_en}."
         ],
         [
             f"وهو {side_ar} بنسبة {abs(diff):.0f}% من متوسط {_sar(average)} ريال للمتر لصفقات "
-            f"{_TYPE_AR_PLURAL[kind]} في {where_ar}."
+            f"{_sales_ar(kind, said=said)} في {where_ar}."
         ],
     )
 
@@ -207,8 +260,13 @@ def _detail_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     ar: list[str] = []
     age = row.get("age")
     if row["type"] in _BUILT_TYPES and age is not None:
-        en.append(f"The building is {age:.0f} years old.")
-        ar.append(f"عمر المبنى {_years_ar(int(age))}.")
+        years = round(age)
+        if years == 0:
+            en.append("The building is new (under a year old).")
+            ar.append("المبنى جديد (أقل من سنة).")
+        else:
+            en.append(f"The building is {years} year{'s' * (years != 1)} old.")
+            ar.append(f"عمر المبنى {_years_ar(years)}.")
     if row.get("parking") is False and row["type"] != "land":
         en.append("No parking is available.")
         ar.append("لا يتوفر موقف للسيارات.")
@@ -222,7 +280,7 @@ _FLAG_TEXT: dict[str, tuple[str, str]] = {
         "الحي غير معروف أو قليل الصفقات فاستُخدم مؤشر المدينة",
     ),
     "thin_market": ("few recorded sales behind the benchmark", "عدد الصفقات خلف المؤشر قليل"),
-    "price_above_p75": ("priced above the 75th percentile", "السعر أعلى من الربع الأعلى"),
+    "price_above_p75": ("priced above the 75th percentile", "السعر أعلى من الربيع الأعلى"),
     "price_far_below_market": (
         "price far below the market: check the figures or the title",
         "السعر أدنى بكثير من السوق: تحقق من الأرقام أو من الصك",
