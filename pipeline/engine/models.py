@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.engine.names import STRIP_WHITESPACE
 from pipeline.engine.rules import MAXIMUM, MINIMUM_AREA
 from pipeline.engine.schema import PROPERTY_TYPES
 
@@ -56,10 +57,30 @@ class Property(BaseModel):
     furnished: bool | None = None
 
 
-class Location(BaseModel):
-    model_config = _STRICT
+# Some character that is not white space (rules.py: a blank city is refused).
+_NOT_BLANK = {
+    "minLength": 1,
+    "pattern": "[^" + "".join(f"\\u{ord(c):04x}" for c in STRIP_WHITESPACE) + "]",
+}
 
-    city: str = Field(description="City in Arabic or English, e.g. Riyadh or الرياض.")
+
+# lat and lng: both numbers, or neither (absent or null).
+_LAT_LNG_BOTH_OR_NEITHER = [
+    {"properties": {"lat": {"type": "null"}, "lng": {"type": "null"}}},
+    {
+        "properties": {"lat": {"type": "number"}, "lng": {"type": "number"}},
+        "required": ["lat", "lng"],
+    },
+]
+
+
+class Location(BaseModel):
+    model_config = ConfigDict(**_STRICT, json_schema_extra={"anyOf": _LAT_LNG_BOTH_OR_NEITHER})
+
+    city: str = Field(
+        description="City in Arabic or English, e.g. Riyadh or الرياض.",
+        json_schema_extra=_NOT_BLANK,
+    )
     district: str | None = Field(default=None, description="District; city level if absent.")
     lat: float | None = Field(
         default=None, description="With lng.", json_schema_extra={"minimum": -90, "maximum": 90}
