@@ -276,6 +276,23 @@ def test_cells_merged_down_a_column_are_filled_with_their_value(tmp_path: Path) 
     assert result.merged_down == ["B3:B5", "C3:C4"]
 
 
+def test_error_cells_keep_their_error_text(tmp_path: Path) -> None:
+    path = tmp_path / "errors.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(1, 1, ["price", "age", "note"])  # the table starts at B2
+    sheet.write_formula(2, 1, "=NA()", None, "#N/A")
+    sheet.write_number(2, 2, 3)
+    sheet.write_number(3, 1, 950000)
+    sheet.write_formula(3, 2, '="a"+1', None, "#VALUE!")
+    sheet.write_string(3, 3, "fine")
+    workbook.close()
+    assert_text_frame(
+        read_table(path),
+        {"price": ["#N/A", "950000"], "age": ["3", "#VALUE!"], "note": [None, "fine"]},
+    )
+
+
 # --- Parquet ------------------------------------------------------------------------------
 
 

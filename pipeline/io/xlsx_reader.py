@@ -3,7 +3,8 @@
 fastexcel's ``dtypes="string"`` turns each cell into text the way a user reads it: whole numbers
 without a decimal point (1500000, not 1500000.0), other numbers with at most 9 decimal places,
 booleans as ``true``/``false``, dates and times as ISO ``YYYY-MM-DD HH:MM:SS``. Error cells
-(``#N/A``, ``#DIV/0!``) become null. Three artefacts of that conversion are undone here:
+(``#N/A``, ``#DIV/0!``) become null (their text is put back from the sheet's XML, with merged
+cells: `xlsx_sheet_xml`). Three artefacts of that conversion are undone here:
 
 - a number cut to 9 decimals (3166.666666667 for the formula result 3166.6666666666665) is
   printed in full, so a value read and written back is the value in the cell;
@@ -26,7 +27,7 @@ import fastexcel
 import polars as pl
 
 from pipeline.errors import InputError
-from pipeline.io.xlsx_merged import fill_merged_down
+from pipeline.io.xlsx_sheet_xml import restore_cells
 
 MIDNIGHT = r"^(\d{4}-\d{2}-\d{2}) 00:00:00$"
 FLOAT_NOISE = r"^-?\d{8,}\.\d{9}$"
@@ -55,7 +56,7 @@ def read_xlsx(
         raise InputError(f"{path}: sheet {names[index]!r} is empty" + others * (len(names) > 1))
     raw = _with_all_digits(workbook, index, raw)
     raw = raw.with_columns(_tidy(pl.col(c)) for c in raw.columns)
-    raw, merged = fill_merged_down(path, index, raw)
+    raw, merged = restore_cells(path, index, raw)
     headers = list(raw.row(0))
     details = {"sheet": names[index], "passed_over": passed_over, "merged_down": merged}
     return headers, raw.slice(1), details

@@ -1,12 +1,18 @@
-"""Cells merged down a column, as broker sheets merge a city or a district over the rows of one
-block: Excel shows the value on every row of the merge, but stores it in the top cell only, and
-calamine reads the others as empty. They are read here from the sheet's XML and filled down.
+"""What calamine does not tell about a sheet, read from the sheet's XML.
 
-Only merges that span rows and start below the first row are filled, and only down their first
-column (a merge across columns is a heading, or a note spread over the next column, whose value
-does not belong in that column). The sheet's XML counts rows and columns from A1, the frame from
-the first cell that holds a value; if any merge does not look, at the place computed, as
-calamine read it (a value on top, nothing under it), nothing is filled.
+- Cells merged down a column, as broker sheets merge a city or a district over the rows of one
+  block: Excel shows the value on every row of the merge, but stores it in the top cell only,
+  and calamine reads the others as empty. They are filled down. Only merges that span rows and
+  start below the first row are filled, and only down their first column (a merge across
+  columns is a heading, or a note spread over the next column, whose value does not belong in
+  that column).
+- Error cells (#N/A, #DIV/0!, #VALUE!), which calamine reads as empty: they get their error
+  text back, so a rejected row says "'#N/A'" where the user sees #N/A, not "empty", and the
+  output keeps the cell as it was.
+
+The sheet's XML counts rows and columns from A1, the frame from the first cell that holds a
+value; if a cell to change does not look, at the place computed, as calamine read it, nothing is
+changed.
 """
 
 from __future__ import annotations
@@ -20,6 +26,10 @@ from xml.etree import ElementTree
 
 import polars as pl
 
+_ERROR_CELL = re.compile(
+    rb'<(?:\w+:)?c\s+r="([A-Z]+)([0-9]+)"[^>]*?\bt="e"[^>]*>'
+    rb"(?:<(?:\w+:)?f[^>]*/>|<(?:\w+:)?f[^>]*>[^<]*</(?:\w+:)?f>)?<(?:\w+:)?v>([^<]*)<"
+)
 _MERGE = re.compile(rb'<(?:\w+:)?mergeCell\s+ref="([A-Z]+)([0-9]+):([A-Z]+)([0-9]+)"')
 # A cell element with content (not self-closing): one calamine reads a value from.
 _CELL = rb'<(?:\w+:)?c\s+r="%s([0-9]+)"[^>]*(?<!/)>'
@@ -38,18 +48,40 @@ class MergedDown:
     last_row: int
 
 
-def fill_merged_down(
+def restore_cells(
     path: Path, sheet_index: int, frame: pl.DataFrame
 ) -> tuple[pl.DataFrame, list[str]]:
-    """`frame` (a sheet as read, its first row the header) with each merge down a column filled
-    with its top value, and the merges filled ("B2:B5")."""
+    """`frame` (a sheet as read, its first row the header) with its error cells' text and
+    each merge down a column filled with its top value; and the merges filled ("B2:B5")."""
     xml = _sheet_xml(path, sheet_index)
-    if xml is None or b"mergeCell" not in xml:
+    if xml is None or (b"mergeCell" not in xml and b't="e"' not in xml):
         return frame, []
-    merges = [m for m in _merges(xml) if m.last_row > m.first_row]
     origin = _origin(xml)
-    if not merges or origin is None:
+    if origin is None:
         return frame, []
+    frame = _with_errors(xml, origin, frame)
+    return _filled_down(xml, origin, frame)
+
+
+def _with_errors(xml: bytes, origin: tuple[int, int], frame: pl.DataFrame) -> pl.DataFrame:
+    top, left = origin
+    columns: dict[int, list[str | None]] = {}
+    for match in _ERROR_CELL.finditer(xml):
+        letters, number, text = match.groups()
+        row, column = int(number) - 1 - top, _column(letters) - left
+        if not (0 <= row < frame.height and 0 <= column < frame.width):
+            continue
+        cells = columns.setdefault(column, frame.to_series(column).to_list())
+        if cells[row] is not None:
+            return frame  # not where calamine put it: the origin is wrong, change nothing
+        cells[row] = text.decode("utf-8", errors="replace")
+    return _replaced(frame, columns)
+
+
+def _filled_down(
+    xml: bytes, origin: tuple[int, int], frame: pl.DataFrame
+) -> tuple[pl.DataFrame, list[str]]:
+    merges = [m for m in _merges(xml) if m.last_row > m.first_row]
     top, left = origin
     columns: dict[int, list[str | None]] = {}
     done = []
@@ -63,8 +95,12 @@ def fill_merged_down(
             return frame, []  # not where calamine put it: the origin is wrong, fill nothing
         cells[row + 1 : last + 1] = [cells[row]] * (last - row)
         done.append(merge.ref)
-    filled = [pl.Series(frame.columns[c], cells, dtype=pl.String) for c, cells in columns.items()]
-    return frame.with_columns(filled), done
+    return _replaced(frame, columns), done
+
+
+def _replaced(frame: pl.DataFrame, columns: dict[int, list[str | None]]) -> pl.DataFrame:
+    changed = [pl.Series(frame.columns[c], cells, dtype=pl.String) for c, cells in columns.items()]
+    return frame.with_columns(changed) if changed else frame
 
 
 def _sheet_xml(path: Path, sheet_index: int) -> bytes | None:
