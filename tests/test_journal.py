@@ -534,21 +534,16 @@ def test_changed_verdicts_follow_listings_however_rows_move(tmp_path):
     assert changed == sorted(expected) and len(changed) == 2
 
 
-def test_rows_in_doubt_replayed_in_a_run_of_a_changed_file_cost_nothing_in_it(
-    tmp_path, monkeypatch
-):
+def _killed_after_the_third_charge(job: Job, source: Path, monkeypatch) -> None:
+    """Score `source` (40 rows a batch) and stop as kill -9 would once the third batch is
+    charged, before its answers are recorded (the second's are still being written)."""
     from pipeline.batch.journal import Journal
 
-    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
-    job = Job(tmp_path)
-    source = tmp_path / "listings.csv"
-    listings = read_table(SAMPLE / "portfolio.csv")
-    listings.write_csv(source)
     record, recorded = Journal.record, []
 
     def crash_at_the_third_answers(journal, answers, batch_key):
         if len(recorded) == 2:
-            raise KeyboardInterrupt  # the third batch charged, its answers never recorded
+            raise KeyboardInterrupt
         recorded.append(batch_key)
         record(journal, answers, batch_key)
 
@@ -556,6 +551,18 @@ def test_rows_in_doubt_replayed_in_a_run_of_a_changed_file_cost_nothing_in_it(
     assert job.score(source) == 130
     monkeypatch.setattr(Journal, "record", record)
     assert job.charged() == 120
+
+
+def test_rows_in_doubt_replayed_in_a_run_of_a_changed_file_cost_nothing_in_it(
+    tmp_path, monkeypatch
+):
+
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
+    job = Job(tmp_path)
+    source = tmp_path / "listings.csv"
+    listings = read_table(SAMPLE / "portfolio.csv")
+    listings.write_csv(source)
+    _killed_after_the_third_charge(job, source, monkeypatch)
 
     changed = listings.with_columns(  # the last row's price: the file is not the same one
         pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("5550000"))
@@ -698,23 +705,11 @@ def test_new_benchmarks_list_the_verdicts_they_flip(tmp_path, monkeypatch):
 def test_rows_in_doubt_left_unsent_by_a_small_budget_are_replayed_not_paid_again(
     tmp_path, monkeypatch, capsys
 ):
-    from pipeline.batch.journal import Journal
 
     monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
     job = Job(tmp_path)
-    record, recorded = Journal.record, []
-
-    def crash_at_the_third_answers(journal, answers, batch_key):
-        if len(recorded) == 2:
-            raise KeyboardInterrupt  # the third batch charged, its answers never recorded
-        recorded.append(batch_key)
-        record(journal, answers, batch_key)
-
-    monkeypatch.setattr(Journal, "record", crash_at_the_third_answers)
     source = SAMPLE / "portfolio.csv"
-    assert job.score(source) == 130
-    monkeypatch.setattr(Journal, "record", record)
-    assert job.charged() == 120
+    _killed_after_the_third_charge(job, source, monkeypatch)
 
     # Too small a budget for the batch in doubt: it is not sent, and stays in doubt...
     assert job.score(source, "--budget", "10") == 3

@@ -171,19 +171,20 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     count, year, kind = row["benchmark_transaction_count"], row["benchmark_year"], row["type"]
     factor = row.get("type_factor") or 1.0
     all_deeds = row["benchmark_median_sqm"]
+    where_en, where_ar = _factor_where(row)
     en = (
         f"The asking price of {_sar(ppsqm)} SAR per m2 is {abs(diff):.0f}% {side_en} the median "
         f"of {_sar(median)} SAR/m2 for {_TYPE_EN[kind]} in {_place(row)}, {band_en}. That "
         f"median is the area's median over all {count:,} deeds of {year} "
         f"({_sar(all_deeds)} SAR/m2) times {factor:.2f}, the price level of {_sales_en(kind)} "
-        f"against all sales {_factor_where_en(row)}."
+        f"against all sales {where_en}."
     )
     ar = (
         f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {side_ar} بنسبة {abs(diff):.0f}% من الوسيط "
         f"البالغ {_sar(median)} ريال للمتر لل{_TYPE_AR[kind][2:]} في {_place_ar(row)}، {band_ar}. "
         f"وهذا الوسيط هو وسيط جميع الصفقات في المنطقة ({count:,} صفقة في {year}، "
         f"{_sar(all_deeds)} ريال للمتر) مضروباً في {factor:.2f}، وهو مستوى أسعار "
-        f"{_sales_ar(kind)} مقارنة بجميع الصفقات {_factor_where_ar(row)}."
+        f"{_sales_ar(kind)} مقارنة بجميع الصفقات {where_ar}."
     )
     sentences_en, sentences_ar = [en], [ar]
     yoy = row.get("benchmark_yoy_pct")
@@ -209,24 +210,15 @@ def _sales_ar(kind: str, *, said: bool = False) -> str:
     return _TYPE_AR_PLURAL[kind]
 
 
-def _factor_where_en(row: Mapping[str, Any]) -> str:
-    """Where the type factor was measured: the benchmark's own area, its city or the
-    country (where the area has too few sales of the type)."""
+def _factor_where(row: Mapping[str, Any]) -> tuple[str, str]:
+    """Where the type factor was measured, in English and Arabic: the benchmark's own area,
+    its city or the country (where the area has too few sales of the type)."""
     level = row.get("type_factor_level")
     if level == "national":
-        return "in Saudi Arabia"
+        return "in Saudi Arabia", "في المملكة"
     if level == "city" and row.get("benchmark_level") == "district":
-        return f"in {_as_written(row['city'])}"
-    return "there"
-
-
-def _factor_where_ar(row: Mapping[str, Any]) -> str:
-    level = row.get("type_factor_level")
-    if level == "national":
-        return "في المملكة"
-    if level == "city" and row.get("benchmark_level") == "district":
-        return f"في مدينة {_city_ar(row)}"
-    return "هناك"
+        return f"in {_as_written(row['city'])}", f"في مدينة {_city_ar(row)}"
+    return "there", "هناك"
 
 
 def _market_average_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
