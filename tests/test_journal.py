@@ -702,7 +702,7 @@ def test_new_benchmarks_list_the_verdicts_they_flip(tmp_path, monkeypatch):
     assert len(changed) > 20 and all(new != "match" for _, _, new in changed)
 
 
-def test_rows_in_doubt_left_unsent_by_a_small_budget_are_replayed_not_paid_again(
+def test_rows_in_doubt_are_replayed_under_a_small_budget_and_never_paid_again(
     tmp_path, monkeypatch, capsys
 ):
 
@@ -711,16 +711,18 @@ def test_rows_in_doubt_left_unsent_by_a_small_budget_are_replayed_not_paid_again
     source = SAMPLE / "portfolio.csv"
     _killed_after_the_third_charge(job, source, monkeypatch)
 
-    # Too small a budget for the batch in doubt: it is not sent, and stays in doubt...
-    assert job.score(source, "--budget", "10") == 3
-    assert job.charged() == 120
-    assert job.results().filter(pl.col("status") == "skipped").height > 40
-    # ...so the next run sends it again under its key: replayed, not charged again
+    # A budget too small for the batches in doubt: they were charged, so they replay free
+    # (the embedded ledger says so); 10 decisions go to new rows
     capsys.readouterr()
-    assert job.score(source, "--json") == 0
-    assert job.charged() == DISTINCT_VALID
+    assert job.score(source, "--budget", "10", "--json") == 3
+    assert job.charged() == 130
+    assert job.results()["decisions_used"].sum() == 130  # a resumed run: what the job paid
     summary = json.loads(capsys.readouterr().out)  # the summaries add up to the ledger
-    assert summary["decisions_spent"] == DISTINCT_VALID - 120
+    assert summary["decisions_spent"] == 10
     # the second batch too: its answers were being written when the run died
     assert summary["notes"]["Replayed from an earlier run's charges (not paid again)"] == 80
+    # and the next run finishes the job, every row paid once
+    assert job.score(source, "--json") == 0
+    assert job.charged() == DISTINCT_VALID
+    assert json.loads(capsys.readouterr().out)["decisions_spent"] == DISTINCT_VALID - 130
     assert job.results()["decisions_used"].sum() == DISTINCT_VALID

@@ -67,6 +67,15 @@ def test_the_same_key_is_replayed_not_charged_again(ledger):
     assert ledger.workspace("acme").balance == 9
 
 
+def test_charged_tells_whether_a_key_would_replay(ledger):
+    ledger.create_workspace("other", 5)
+    charge = ledger.charge("acme", ChargeRequest(cost=1, idempotency_key="k", fingerprint="f"))
+    assert ledger.charged("acme", "k")  # in flight or done alike
+    assert not ledger.charged("acme", "unknown") and not ledger.charged("other", "k")
+    ledger.refund(charge.entry_id, "engine failed")
+    assert not ledger.charged("acme", "k")
+
+
 def test_the_same_key_with_another_body_is_refused(ledger):
     ledger.charge("acme", ChargeRequest(cost=1, idempotency_key="k", fingerprint="a"))
     ledger.complete("acme", "k", "{}")

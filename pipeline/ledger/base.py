@@ -78,6 +78,10 @@ class Ledger(Protocol):
         RequestInProgress while the first is still running)."""
         ...
 
+    def charged(self, workspace: str, idempotency_key: str) -> bool:
+        """True if a charge under `idempotency_key` stands: a `charge` with it replays, free."""
+        ...
+
     def charge_each(
         self, charges: Sequence[tuple[str, ChargeRequest]]
     ) -> list[Charge | LedgerError]:

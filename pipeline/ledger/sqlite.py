@@ -233,6 +233,18 @@ class SqliteLedger:
             )
         return Charge(entry_id, request.cost, balance)
 
+    def charged(self, workspace: str, idempotency_key: str) -> bool:
+        row = (
+            self._connection()
+            .execute(
+                "SELECT 1 FROM idempotency i JOIN workspaces w ON w.id = i.workspace_id"
+                " WHERE w.name = ? AND i.key = ?",
+                (workspace, idempotency_key),
+            )
+            .fetchone()
+        )
+        return row is not None
+
     def charge(self, workspace: str, request: ChargeRequest) -> Charge:
         (outcome,) = self.charge_each([(workspace, request)])
         if isinstance(outcome, LedgerError):

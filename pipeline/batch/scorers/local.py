@@ -71,7 +71,9 @@ class LocalScorer:
 
     def _score_group(self, batch_key: str, group: pl.DataFrame, budget: Budget) -> pl.DataFrame:
         cost = int(group["cost"].sum())
-        if not budget.reserve(cost):
+        # A batch a killed run had charged replays that charge at no cost: it needs no budget.
+        reserved = 0 if self.ledger.charged(self.workspace, batch_key) else cost
+        if reserved and not budget.reserve(reserved):
             return skipped_rows(group, SKIPPED_BUDGET, "the run's --budget is spent")
         try:
             charge = self.ledger.charge(
@@ -81,7 +83,7 @@ class LocalScorer:
                 ),
             )
         except InsufficientDecisions as exc:
-            budget.settle(cost, 0)
+            budget.settle(reserved, 0)
             return skipped_rows(
                 group, SKIPPED_BALANCE, f"the workspace balance ({exc.balance}) is spent"
             )
@@ -89,9 +91,9 @@ class LocalScorer:
             # Batch keys are never reused for new work, so this is a batch charged before a
             # crash being resent in another order or with fewer rows (the file changed since):
             # those rows were paid for with the rest. Score them; charge nothing.
-            budget.settle(cost, 0)
+            budget.settle(reserved, 0)
             return _paid_before(self._evaluate(group))
-        budget.settle(cost, 0 if charge.replayed else charge.cost)
+        budget.settle(reserved, 0 if charge.replayed else charge.cost)
         try:
             scored = self._evaluate(group)
         except Exception:
