@@ -177,6 +177,22 @@ def test_market_averages_cover_every_type_nationally(table: BenchmarkTable) -> N
     assert market.select("city_key", "district_key", "type").is_unique().all()
 
 
+@pytest.mark.parametrize(
+    ("city", "district", "official"),
+    [
+        ("Dammam", "Al Shulah", "الشعلة"), ("Ad Dammam", "Uhud", "أحد"),
+        ("Khobar", "Ath Thuqbah", "الثقبة"), ("Buraydah", "AL TAWFEEQ", "التوفيق"),
+        ("Tabuk", "Al Hamraa", "الحمراء"), ("Jazan", "Ar Rawdah", "الروضة"),
+    ],
+)  # fmt: skip
+def test_english_district_names_outside_the_four_largest_cities(
+    table: BenchmarkTable, city: str, district: str, official: str
+) -> None:
+    row = attach_one(table, city, district, "apartment")
+    assert row["benchmark_level"] == "district"
+    assert normalize_name(row["benchmark_district_ar"]) == normalize_name(official)
+
+
 def test_alias_targets_exist_in_the_table(table: BenchmarkTable) -> None:
     bench = table.benchmarks
     cities = set(bench.filter(pl.col("level") == "city")["city_key"])
