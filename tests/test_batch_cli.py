@@ -291,10 +291,11 @@ def test_number_cells_of_a_workbook_come_back_as_the_same_numbers(tmp_path, db):
     source = tmp_path / "analyst.xlsx"
     workbook = xlsxwriter.Workbook(source)
     sheet = workbook.add_worksheet()
-    sheet.write_row(0, 0, ["City", "Type", "Price", "Area", "SAR per m2", "lng"])
-    sheet.write_row(1, 0, ["Riyadh", "villa", 950000, 300])
-    sheet.write_formula(1, 4, "=C2/D2", None, 950000 / 300)  # cached 3166.6666666666665
-    sheet.write_number(1, 5, 46.6123456789)
+    # the table at B2: the sheet's columns and the table's are one apart
+    sheet.write_row(1, 1, ["City", "Type", "Price", "Area", "SAR per m2", "lng"])
+    sheet.write_row(2, 1, ["Riyadh", "villa", 950000, 300])
+    sheet.write_formula(2, 5, "=D3/E3", None, 950000 / 300)  # cached 3166.6666666666665
+    sheet.write_number(2, 6, 46.6123456789)
     workbook.close()
     out = tmp_path / "scored.xlsx"
     assert score(db, str(source), "-o", str(out)) == 0

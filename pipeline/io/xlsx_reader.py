@@ -119,17 +119,25 @@ def _with_all_digits(
     3166.6666666666665, 46.612345679 for 46.6123456789) printed in full: the shortest text
     that reads back as the cell's number. Only columns holding such a cut number are read
     again, as numbers; a text cell reads back as exactly its own number, so it is left alone."""
-    cut = [i for i, c in enumerate(raw.columns) if raw[c].str.contains(NINE_DECIMALS).any()]
+    # By name: fastexcel counts positions in use_columns from the sheet's column A, and the
+    # frame from its first column with a value.
+    cut = [c for c in raw.columns if raw[c].str.contains(NINE_DECIMALS).any()]
     if not cut:
         return raw
     sheet = workbook.load_sheet(index, header_row=None, dtypes="float", use_columns=cut)
     numbers = sheet.to_polars()
-    if numbers.height != raw.height:  # not the same cells: keep the text as it is
+    if numbers.height != raw.height or numbers.columns != cut:  # not the same cells
         return raw
     fixed = []
-    for position, number in zip(cut, numbers.iter_columns(), strict=True):
-        text = raw.get_column(raw.columns[position])
-        lost = text.str.contains(NINE_DECIMALS) & (text.cast(pl.Float64, strict=False) != number)
+    for name in cut:
+        text, number = raw.get_column(name), numbers.get_column(name)
+        printed = text.cast(pl.Float64, strict=False)
+        # the text is this number cut to 9 decimals (and not, say, a text cell's own number)
+        lost = (
+            text.str.contains(NINE_DECIMALS)
+            & (printed != number)
+            & ((printed - number).abs() <= 1e-9)
+        )
         fixed.append(text.zip_with(~lost.fill_null(True), number.cast(pl.String)))
     return raw.with_columns(fixed)
 
