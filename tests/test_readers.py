@@ -276,6 +276,32 @@ def test_cells_merged_down_a_column_are_filled_with_their_value(tmp_path: Path) 
     assert result.merged_down == ["B3:B5", "C3:C4"]
 
 
+def test_merges_are_placed_by_the_cells_calamine_reads_and_a_blank_one_is_left(
+    tmp_path: Path,
+) -> None:
+    import openpyxl
+
+    workbook = openpyxl.Workbook()
+    sheet = workbook.active
+    # a title formula openpyxl stores with no result: calamine reads no value there, so the
+    # table (and the frame) starts at B3, not A1
+    sheet["A1"] = '="Portfolio "&TEXT(TODAY(),"yyyy-mm")'
+    sheet.append([])
+    sheet.append([None, "Agent", "District", "Price", "Notes", None])
+    sheet.append([None, "Sara", None, 3000000])
+    sheet.append([None, None, None, 3100000])
+    sheet.append([None, None, "Al Malqa", 3200000])
+    sheet.append([None, "Omar", None, 2900000])
+    sheet.merge_cells("B4:B6")  # Sara over three rows
+    sheet.merge_cells("E5:F6")  # a blank block, for layout: left alone, the rest still filled
+    workbook.save(tmp_path / "agents.xlsx")
+
+    result = read_table_with_info(tmp_path / "agents.xlsx")
+    assert result.frame["Agent"].to_list() == ["Sara", "Sara", "Sara", "Omar"]
+    assert result.frame["District"].to_list() == [None, None, "Al Malqa", None]
+    assert result.merged_down == ["B4:B6"]
+
+
 def test_error_cells_keep_their_error_text(tmp_path: Path) -> None:
     path = tmp_path / "errors.xlsx"
     workbook = xlsxwriter.Workbook(path)

@@ -11,12 +11,15 @@
   output keeps the cell as it was.
 
 The sheet's XML counts rows and columns from A1, the frame from the first cell that holds a
-value; if a cell to change does not look, at the place computed, as calamine read it, nothing is
-changed.
+value. Where the frame starts is worked out from the XML, then checked: the sheet's first number
+cells must be, at the places it gives, the numbers calamine read; if they are not (or the sheet
+has no number to check with), nothing is changed. A merge whose top cell is empty (a blank
+block, for layout) or whose other cells hold values is left alone.
 """
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 import zipfile
@@ -31,8 +34,18 @@ _ERROR_CELL = re.compile(
     rb"(?:<(?:\w+:)?f[^>]*/>|<(?:\w+:)?f[^>]*>[^<]*</(?:\w+:)?f>)?<(?:\w+:)?v>([^<]*)<"
 )
 _MERGE = re.compile(rb'<(?:\w+:)?mergeCell\s+ref="([A-Z]+)([0-9]+):([A-Z]+)([0-9]+)"')
-# A cell element with content (not self-closing): one calamine reads a value from.
+_FORMULA = rb"(?:<(?:\w+:)?f[^>]*/>|<(?:\w+:)?f[^>]*>[^<]*</(?:\w+:)?f>)?"
+# A cell element with content (not self-closing), and one whose content is a value (a
+# formula's result, or text): two guesses at the cells calamine reads a value from.
 _CELL = rb'<(?:\w+:)?c\s+r="%s([0-9]+)"[^>]*(?<!/)>'
+_VALUE_CELL = _CELL + _FORMULA + rb"(?:<(?:\w+:)?v>[^<]|<(?:\w+:)?is>)"
+# A number cell (no type, or t="n") and its number, to check a guess with.
+_NUMBER_CELL = re.compile(
+    rb'<(?:\w+:)?c\s+r="([A-Z]+)([0-9]+)"(?:\s+(?:s|t)="(?:[0-9]+|n)")*\s*>'
+    + _FORMULA
+    + rb"<(?:\w+:)?v>(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)</"
+)
+CHECKED_NUMBERS = 200
 _NS = {
     "m": "http://schemas.openxmlformats.org/spreadsheetml/2006/main",
     "r": "http://schemas.openxmlformats.org/officeDocument/2006/relationships",
@@ -56,7 +69,7 @@ def restore_cells(
     xml = _sheet_xml(path, sheet_index)
     if xml is None or (b"mergeCell" not in xml and b't="e"' not in xml):
         return frame, []
-    origin = _origin(xml)
+    origin = _origin(xml, frame)
     if origin is None:
         return frame, []
     frame = _with_errors(xml, origin, frame)
@@ -71,10 +84,9 @@ def _with_errors(xml: bytes, origin: tuple[int, int], frame: pl.DataFrame) -> pl
         row, column = int(number) - 1 - top, _column(letters) - left
         if not (0 <= row < frame.height and 0 <= column < frame.width):
             continue
-        cells = columns.setdefault(column, frame.to_series(column).to_list())
-        if cells[row] is not None:
-            return frame  # not where calamine put it: the origin is wrong, change nothing
-        cells[row] = text.decode("utf-8", errors="replace")
+        cells = _cells(columns, frame, column)
+        if cells[row] is None:
+            cells[row] = text.decode("utf-8", errors="replace")
     return _replaced(frame, columns)
 
 
@@ -90,12 +102,21 @@ def _filled_down(
         last = min(merge.last_row - top, frame.height - 1)
         if row < 1 or not 0 <= column < frame.width or last <= row:
             continue  # the header row or above, or outside the table
-        cells = columns.setdefault(column, frame.to_series(column).to_list())
+        cells = _cells(columns, frame, column)
         if cells[row] is None or any(c is not None for c in cells[row + 1 : last + 1]):
-            return frame, []  # not where calamine put it: the origin is wrong, fill nothing
+            continue  # a blank block, or not a merge as calamine read it
         cells[row + 1 : last + 1] = [cells[row]] * (last - row)
         done.append(merge.ref)
     return _replaced(frame, columns), done
+
+
+def _cells(
+    columns: dict[int, list[str | None]], frame: pl.DataFrame, column: int
+) -> list[str | None]:
+    """The column's cells as a list to change, made once per column."""
+    if column not in columns:
+        columns[column] = frame.to_series(column).to_list()
+    return columns[column]
 
 
 def _replaced(frame: pl.DataFrame, columns: dict[int, list[str | None]]) -> pl.DataFrame:
@@ -127,16 +148,55 @@ def _merges(xml: bytes) -> list[MergedDown]:
     return found
 
 
-def _origin(xml: bytes) -> tuple[int, int] | None:
-    """(row, column), 0-based, of the first row and column holding a value: where calamine's
-    range, and so the frame, starts."""
-    first = re.search(_CELL % rb"([A-Z]+)", xml)  # rows come in order: the top row
+def _origin(xml: bytes, frame: pl.DataFrame) -> tuple[int, int] | None:
+    """(row, column), 0-based in the sheet, of the frame's first cell: where calamine's range
+    starts, the first row and column holding a value. Guessed from the cells with a value,
+    then from the cells with any content, and taken only once the sheet's numbers check."""
+    numbers = [
+        (int(row) - 1, _column(letters), float(value))
+        for letters, row, value in itertools.islice(
+            (m.groups() for m in _NUMBER_CELL.finditer(xml)), CHECKED_NUMBERS
+        )
+    ]
+    if not numbers:
+        return None
+    for cell in (_VALUE_CELL, _CELL):
+        guess = _first_row_and_column(xml, cell)
+        if guess is not None and _numbers_match(frame, guess, numbers):
+            return guess
+    return None
+
+
+def _first_row_and_column(xml: bytes, cell: bytes) -> tuple[int, int] | None:
+    first = re.search(cell % rb"([A-Z]+)", xml)  # rows come in order: the top row
     if first is None:
         return None
     for column in range(_column(first.group(1)) + 1):
-        if re.search(_CELL % _letters(column).encode(), xml):
+        if re.search(cell % _letters(column).encode(), xml):
             return int(first.group(2)) - 1, column
     return None
+
+
+def _numbers_match(
+    frame: pl.DataFrame, origin: tuple[int, int], numbers: list[tuple[int, int, float]]
+) -> bool:
+    """True if each number cell, placed by `origin`, is in the frame as that number (cells
+    shown as dates or text do not count either way), and at least one is."""
+    top, left = origin
+    matched = 0
+    for row, column, value in numbers:
+        row, column = row - top, column - left
+        if not (0 <= row < frame.height and 0 <= column < frame.width):
+            return False
+        text = frame[row, column]
+        try:
+            shown = float(text) if text is not None else None
+        except ValueError:
+            continue  # a date, a time or a boolean calamine turned into text
+        if shown is None or abs(shown - value) > 1e-9 * max(1.0, abs(value)):
+            return False
+        matched += 1
+    return matched > 0
 
 
 def _column(letters: bytes) -> int:
