@@ -252,6 +252,20 @@ def test_without_sheet_the_first_visible_sheet_with_data_is_read(tmp_path: Path)
         read_table(path, sheet="Sheet1")
 
 
+def test_a_workbook_whose_data_is_only_on_a_hidden_sheet_is_not_read(tmp_path: Path) -> None:
+    path = tmp_path / "book.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    old = workbook.add_worksheet("Q3 (old prices)")
+    old.write_row(0, 0, ["price", "city"])
+    old.write_row(1, 0, [1900000, "الرياض"])
+    old.hide()
+    workbook.add_worksheet("Q4").activate()  # this quarter's, not filled in yet
+    workbook.close()
+    with pytest.raises(InputError, match=r"no visible sheet has data; hidden sheet\(s\) 'Q3"):
+        read_table(path)
+    assert read_table(path, sheet="Q3 (old prices)").height == 1
+
+
 def test_cells_merged_down_a_column_are_filled_with_their_value(tmp_path: Path) -> None:
     import openpyxl
 

@@ -45,7 +45,9 @@ def add_score_command(commands: Any) -> None:
     score.add_argument("--reasoning", choices=("none", "all", "borderline"), default="none")
     score.add_argument("--budget", type=int, help="most decisions this run may spend")
     score.add_argument("--encoding", help="CSV encoding when detection cannot tell (cp1256...)")
-    score.add_argument("--sheet", help="XLSX sheet name or 0-based index (default: first)")
+    score.add_argument(
+        "--sheet", help="XLSX sheet name or 0-based index (default: the first visible with data)"
+    )
     score.add_argument("--no-bom", action="store_true", help="CSV output without the UTF-8 BOM")
     score.add_argument("--workspace", help="workspace to charge (default: the local one)")
     score.add_argument("--db", help="ledger: a SQLite path or sqlite:///PATH (env DECISIONS_DB)")

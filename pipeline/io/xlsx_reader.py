@@ -75,8 +75,10 @@ def _first_sheet_with_data(
 ) -> tuple[int, pl.DataFrame, list[str]]:
     """The first sheet a user sees with something in it: hidden sheets (often last
     quarter's figures kept for reference) and empty ones (a leftover "Sheet1", a chart) are
-    passed over, and named in the run's summary. Without one, the first sheet."""
-    passed_over = []
+    passed over, and named in the run's summary. If only hidden sheets have data, the run
+    stops: which of them, if any, is this quarter's is for the user to say (--sheet).
+    Without any data, the first sheet (its error says it is empty)."""
+    passed_over, hidden = [], []
     for index, name in enumerate(workbook.sheet_names):
         try:
             loaded = workbook.load_sheet(index, header_row=None, dtypes="string")
@@ -85,10 +87,16 @@ def _first_sheet_with_data(
             continue
         if loaded.visible != "visible":
             passed_over.append(f"{name!r} hidden")
+            hidden += [name] * (loaded.height > 0)
         elif loaded.height == 0:
             passed_over.append(f"{name!r} empty")
         else:
             return index, loaded.to_polars(), passed_over
+    if hidden:
+        raise InputError(
+            f"{path}: no visible sheet has data; hidden sheet(s) "
+            f"{', '.join(repr(n) for n in hidden)} do: to score one, name it with --sheet NAME"
+        )
     return 0, _load(path, workbook, 0), []
 
 
