@@ -3,7 +3,8 @@
     PipelineError
     ├── UsageError                 bad options or configuration; exit code 2, nothing charged
     │   ├── InputError             an input file cannot be read as what it claims to be
-    │   │   └── MissingColumnError a required column maps to no header
+    │   │   ├── MissingColumnError a required column maps to no header
+    │   │   └── UnknownHeaderError a --config names a header the file does not have
     │   └── TooManyRowsError       the output format cannot hold the rows
     ├── RequestValidationError     a decision request breaks a rule (spec: validation_error)
     │   └── InvalidJson            the body does not parse as JSON (DESIGN.md: invalid_json)
@@ -47,6 +48,10 @@ class MissingColumnError(InputError):
             f"{', '.join(repr(h) for h in headers)}. Rename a column or map it with --config."
             + note
         )
+
+
+class UnknownHeaderError(InputError):
+    pass
 
 
 class TooManyRowsError(UsageError):

@@ -325,7 +325,44 @@ def test_title_rows_above_the_header_are_not_listings(tmp_path, db, capsys):
     assert scored["Ref"].to_list() == ["A-1", "A-2"] and scored["row_number"].to_list() == [1, 2]
     assert scored["status"].to_list() == ["scored", "scored"] and balance(db) == 4998
     notes = json.loads(capsys.readouterr().out)["notes"]
-    assert notes["Header row"] == "row 4: the rows above it ('Portfolio Q4 2026'...) are a title"
+    assert notes["Header row"] == (
+        "the row headed 'Ref', 'City', 'Type'...: the 3 row(s) above it "
+        "('Portfolio Q4 2026'...) are a title, not listings"
+    )
+
+
+def test_a_header_under_listings_is_not_taken_and_one_under_a_title_names_its_gap(
+    tmp_path, db, capsys
+):
+    import xlsxwriter
+
+    source = tmp_path / "listings-then-comps.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["Ref", "City", "Property", "Price", "Area"])  # no 'type' header
+    sheet.write_row(1, 0, ["A-1", "Riyadh", "villa", 3000000, 400])
+    sheet.write_row(3, 0, ["Sold comparables"])
+    sheet.write_row(4, 0, ["Ref", "City", "Type", "Price", "Area"])
+    sheet.write_row(5, 0, ["C-1", "Riyadh", "villa", 2800000, 390])
+    workbook.close()
+    assert score(db, str(source), "-o", str(tmp_path / "x.csv")) == 2  # the listings' gap
+    assert "no column for required field 'type'" in capsys.readouterr().err
+    assert balance(db) == 5000
+
+    titled = tmp_path / "titled.xlsx"
+    workbook = xlsxwriter.Workbook(titled)
+    sheet = workbook.add_worksheet()
+    sheet.write(0, 0, "Portfolio Q4 2026")
+    sheet.write_row(2, 0, ["Ref", "Location", "Type", "Price", "Area"])
+    sheet.write_row(3, 0, ["A-1", "Riyadh", "villa", 3000000, 400])
+    workbook.close()
+    assert score(db, str(titled), "-o", str(tmp_path / "y.csv")) == 2
+    error = capsys.readouterr().err
+    assert "the header under its title: no column for required field 'city'" in error
+    assert "the file has 'Ref', 'Location', 'Type'" in error
+    config = tmp_path / "location.toml"
+    config.write_text('[columns]\ncity = "Location"\n', encoding="utf-8")
+    assert score(db, str(titled), "--config", str(config), "-o", str(tmp_path / "y.csv")) == 0
 
 
 def test_a_city_merged_over_its_rows_is_every_rows_city(tmp_path, db, capsys):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.engine.schema import REQUEST_SCHEMA
-from pipeline.errors import InputError, MissingColumnError, UsageError
+from pipeline.errors import MissingColumnError, UnknownHeaderError, UsageError
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -29,6 +29,7 @@ __all__ = [
     "REQUIRED_FIELDS",
     "ColumnConfig",
     "ColumnMap",
+    "find_columns",
     "header_key",
     "load_column_config",
     "loose_header_key",
@@ -186,11 +187,33 @@ def map_columns(
     source: str,
     as_written: Mapping[str, str] | None = None,
 ) -> ColumnMap:
-    """Map every request field to at most one of ``headers`` (``source`` names the file).
+    """Map every request field to at most one of ``headers`` (``source`` names the file);
+    MissingColumnError when a required field finds none.
 
     ``as_written``: the headers the reader renamed (``Price_2`` -> ``Price``, a repeated
     header), matched as written: two columns both headed "Price" are as ambiguous as "Price"
     and "السعر"."""
+    result = find_columns(headers, config, source=source, as_written=as_written)
+    for name in REQUIRED_FIELDS:
+        if result[name] is None:
+            raise MissingColumnError(
+                source,
+                name,
+                list(config.aliases[name]),
+                list(headers),
+                _unit_note(headers, name, config.aliases[name]),
+            )
+    return ColumnMap(result)
+
+
+def find_columns(
+    headers: list[str],
+    config: ColumnConfig,
+    *,
+    source: str,
+    as_written: Mapping[str, str] | None = None,
+) -> dict[str, str | None]:
+    """`map_columns` without the check for required fields: each field's header or None."""
     as_written = as_written or {}
     result: dict[str, str | None] = dict.fromkeys(MAPPED_FIELDS)
     claimed: set[str] = set()
@@ -199,7 +222,7 @@ def map_columns(
             continue
         header = _find_explicit(headers, wanted)
         if header is None:
-            raise InputError(
+            raise UnknownHeaderError(
                 f"{source}: the configuration maps field '{name}' to header {wanted!r}, which "
                 f"the file does not have; the file has {_quoted(headers)}"
             )
@@ -240,17 +263,7 @@ def map_columns(
                 f'[columns] {name} = "{found[0]}"'
             )
         result[name] = found[0]
-
-    for name in REQUIRED_FIELDS:
-        if result[name] is None:
-            raise MissingColumnError(
-                source,
-                name,
-                list(config.aliases[name]),
-                list(headers),
-                _unit_note(headers, name, config.aliases[name]),
-            )
-    return ColumnMap(result)
+    return result
 
 
 def _unit_note(headers: list[str], name: str, aliases: tuple[str, ...]) -> str:

@@ -1,7 +1,9 @@
 """The header row below a title: broker exports often open with a title row or two
 ("Portfolio Q4 2026", the agency's name, a date) above the real header. When the first row maps
-no required column, the next few rows are tried as the header, and the first one under which
-every required field finds its column is taken; the rows above it are not listings."""
+no required column, the next few rows are tried as the header; the first one that maps a
+required column is it, provided the rows above it are sparse, as titles are (a row filled like
+the header is a listing, and a file of listings is not thrown away to score a table below it).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +11,14 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipeline.batch.columns import REQUIRED_FIELDS, ColumnConfig, ColumnMap, map_columns
-from pipeline.errors import MissingColumnError
+from pipeline.batch.columns import (
+    REQUIRED_FIELDS,
+    ColumnConfig,
+    ColumnMap,
+    find_columns,
+    map_columns,
+)
+from pipeline.errors import UnknownHeaderError
 from pipeline.io.read import finish_frame
 
 TITLE_ROWS_MAX = 10  # a title block is a few rows; past that a missing column is just missing
@@ -25,17 +33,25 @@ class HeaderBelowTitle:
 
 
 def header_below_title(
-    raw: pl.DataFrame, config: ColumnConfig, *, source: str
+    raw: pl.DataFrame, config: ColumnConfig, *, source: str, first_row_cells: int
 ) -> HeaderBelowTitle | None:
-    """The table under the first of `raw`'s first rows that works as its header, or None."""
+    """The table under the header found below `raw`'s header row (which held
+    `first_row_cells` values), or None. A header found there that lacks a required column
+    raises its MissingColumnError, which names that row's headers."""
+    filled_above = [first_row_cells]
     for row in range(min(TITLE_ROWS_MAX, raw.height)):
         cells = list(raw.row(row))
-        if sum(cell is not None for cell in cells) < len(REQUIRED_FIELDS):
-            continue
+        filled = sum(cell is not None for cell in cells)
         frame, renamed = finish_frame(cells, raw.slice(row + 1))
         try:
-            mapping = map_columns(frame.columns, config, source=source, as_written=renamed)
-        except MissingColumnError:
-            continue
-        return HeaderBelowTitle(frame, renamed, mapping, title_rows=row + 1)
+            found = find_columns(frame.columns, config, source=source, as_written=renamed)
+        except UnknownHeaderError:  # a --config's header is not in this row
+            found = dict.fromkeys(REQUIRED_FIELDS)
+        if any(found[name] is not None for name in REQUIRED_FIELDS):
+            if any(2 * above >= filled for above in filled_above):
+                return None  # a row above is filled like this one: listings, not a title
+            under = f"{source}, the header under its title"
+            mapping = map_columns(frame.columns, config, source=under, as_written=renamed)
+            return HeaderBelowTitle(frame, renamed, mapping, title_rows=row + 1)
+        filled_above.append(filled)
     return None

@@ -19,7 +19,15 @@ from typing import Literal
 import polars as pl
 
 from pipeline.batch.budget import Budget
-from pipeline.batch.columns import DEFAULT_CONFIG, ColumnMap, load_column_config, map_columns
+from pipeline.batch.columns import (
+    DEFAULT_CONFIG,
+    REQUIRED_FIELDS,
+    ColumnConfig,
+    ColumnMap,
+    find_columns,
+    load_column_config,
+    map_columns,
+)
 from pipeline.batch.execute import SECONDS_PER_DAY, Executor, now, triage
 from pipeline.batch.fingerprint import request_fingerprints
 from pipeline.batch.header_row import header_below_title
@@ -31,7 +39,7 @@ from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
 from pipeline.engine.schema import REQUEST_SCHEMA
-from pipeline.errors import MissingColumnError, UsageError
+from pipeline.errors import MissingColumnError, UnknownHeaderError, UsageError
 from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
 from pipeline.ledger.base import COST_WITH_REASONING, cost_of
@@ -101,18 +109,23 @@ def prepare(options: BatchOptions) -> Prepared:
         source += f" (sheet {read.sheet!r}{first})"
     config = load_column_config(options.config)
     notes: list[tuple[str, object]] = []
+    renamed = read.renamed_headers or {}
     try:
-        mapping = map_columns(raw.columns, config, source=source, as_written=read.renamed_headers)
-    except MissingColumnError:
-        below = header_below_title(raw, config, source=source)
+        mapping = map_columns(raw.columns, config, source=source, as_written=renamed)
+    except (MissingColumnError, UnknownHeaderError):
+        below = None
+        if not _maps_a_required_field(raw.columns, config, source, renamed):
+            written = [h for h in raw.columns if h not in renamed or renamed[h].strip()]
+            below = header_below_title(raw, config, source=source, first_row_cells=len(written))
         if below is None:
             raise
-        title = next((h for h in read.frame.columns if h not in (read.renamed_headers or {})), "")
         raw, mapping = below.frame, below.mapping
+        headers = ", ".join(repr(h) for h in raw.columns[:3])
         notes.append(
             (
                 "Header row",
-                f"row {below.title_rows + 1}: the rows above it ({title!r}...) are a title",
+                f"the row headed {headers}...: the {below.title_rows} row(s) above it "
+                f"({written[0]!r}...) are a title, not listings",
             )
         )
     row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
@@ -131,6 +144,16 @@ def prepare(options: BatchOptions) -> Prepared:
         shown = ", ".join(read.merged_down[:5]) + (", ..." if len(read.merged_down) > 5 else "")
         notes.append(("Merged cells filled down", f"{len(read.merged_down)} ({shown})"))
     return Prepared(raw, mapping, requests, problems, notes)
+
+
+def _maps_a_required_field(
+    headers: list[str], config: ColumnConfig, source: str, renamed: dict[str, str]
+) -> bool:
+    try:
+        found = find_columns(headers, config, source=source, as_written=renamed)
+    except UnknownHeaderError:
+        return False  # a --config naming headers the first row does not have: maybe below
+    return any(found[name] is not None for name in REQUIRED_FIELDS)
 
 
 def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
