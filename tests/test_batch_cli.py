@@ -376,6 +376,9 @@ def test_a_city_merged_over_its_rows_is_every_rows_city(tmp_path, db, capsys):
     sheet.merge_cells("A2:A3")
     sheet.merge_cells("B2:B3")
     workbook.save(tmp_path / "blocks.xlsx")
+    assert score(db, str(tmp_path / "blocks.xlsx"), "--dry-run", "--json") == 0
+    plan = json.loads(capsys.readouterr().out)  # how the file is read, before paying
+    assert plan["read_as"]["Merged cells filled down"] == "2 (A2:A3, B2:B3)"
     out = tmp_path / "scored.parquet"
     assert score(db, str(tmp_path / "blocks.xlsx"), "-o", str(out), "--json") == 0
     scored = pl.read_parquet(out)

@@ -370,6 +370,7 @@ class Plan:
     borderline_worst_case: int | None
     balance: int | None
     budget: int | None
+    read_as: dict[str, object] = field(default_factory=dict)  # the sheet, header row, merges
 
     @property
     def decisions_needed(self) -> int:
@@ -393,7 +394,7 @@ class Plan:
             ("Budget", "none" if self.budget is None else self.budget),
             ("Balance", "unknown" if self.balance is None else self.balance),
         ]
-        return rows
+        return rows + list(self.read_as.items())
 
 
 def summarise(
@@ -533,6 +534,7 @@ def make_plan(
         borderline_worst_case=worst,
         balance=scorer.balance(),
         budget=options.budget,
+        read_as=dict(prepared.notes),
     )
 
 
