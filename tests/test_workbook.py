@@ -115,6 +115,8 @@ def test_original_columns_are_the_users_text_and_plain_numbers_are_numbers(book:
         ("0.0001", 0.0001), ("0.00001", None), ("-0.00000001", None),
         ("3166.6666666666665", 3166.6666666666665), ("-46.6123456789", -46.6123456789),
         ("123456789012.5", None), ("1.1234567890123456789", None), ("3166.66666666666650", None),
+        ("12345678901.2345678", None), ("0.10000000000000001", None),
+        ("-0.1000000000000001", -0.1000000000000001),
     ],
 )  # fmt: skip
 def test_only_text_that_is_a_plain_number_becomes_one(text: str, number: float | None) -> None:

@@ -257,10 +257,11 @@ def find_columns(
                 f"{h!r} (also headed {as_written[h]!r})" if h in as_written else repr(h)
                 for h in found
             )
+            choices = " or ".join(f'"{h}"' for h in found)
             raise UsageError(
                 f"{source}: {len(found)} headers match field '{name}' ({shown}); "
                 f"keep one, or say which to use in a --config file: "
-                f'[columns] {name} = "{found[0]}"'
+                f"[columns] {name} = {choices}"
             )
         result[name] = found[0]
     return result

@@ -85,7 +85,7 @@ def _as_written(text: str | None) -> str:
 def _official_ar(name: str) -> str:
     """An official Arabic name for a sentence: without tatweel, and without the word for
     district that some registry names start with (حى العزيزية), since the text adds its own."""
-    return _DISTRICT_WORD.sub("", name.replace("\u0640", "")).strip()
+    return " ".join(_DISTRICT_WORD.sub("", name.replace("\u0640", "")).split())
 
 
 _DISTRICT_WORD = re.compile(r"^\s*ح[يى]\s+")

@@ -29,7 +29,7 @@ NEEDS_A_LOOK = r"^[=+\-@\t\r]|[^\x00-\x7f]"
 PLAIN_NUMBER = r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]*[1-9])?$"
 PLAIN_NUMBER_MAX_CHARS = 11
 PLAIN_DECIMAL = r"^-?[0-9]{1,11}\.[0-9]+$"
-PLAIN_DECIMAL_MAX_CHARS = 19  # sign, 17 digits and the point
+PLAIN_DECIMAL_MAX_DIGITS = 17
 
 
 def plain_numbers(column: pl.Expr) -> pl.Expr:
@@ -39,7 +39,10 @@ def plain_numbers(column: pl.Expr) -> pl.Expr:
         column.str.contains(PLAIN_NUMBER)
         & (
             (length <= PLAIN_NUMBER_MAX_CHARS)
-            | (column.str.contains(PLAIN_DECIMAL) & (length <= PLAIN_DECIMAL_MAX_CHARS))
+            | (
+                column.str.contains(PLAIN_DECIMAL)
+                & (column.str.count_matches("[0-9]") <= PLAIN_DECIMAL_MAX_DIGITS)
+            )
         )
         & (column != "-0")
         & ~column.str.contains(r"^-?0\.0000")  # General shows 0.00000001 as 1E-08
