@@ -726,3 +726,21 @@ def test_rows_in_doubt_are_replayed_under_a_small_budget_and_never_paid_again(
     assert job.charged() == DISTINCT_VALID
     assert json.loads(capsys.readouterr().out)["decisions_spent"] == DISTINCT_VALID - 130
     assert job.results()["decisions_used"].sum() == DISTINCT_VALID
+
+
+def test_rows_in_doubt_missing_from_a_resumed_file_are_still_in_doubt_when_they_return(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
+    job = Job(tmp_path)
+    source = tmp_path / "listings.csv"
+    listings = read_table(SAMPLE / "portfolio.csv")
+    listings.write_csv(source)
+    _killed_after_the_third_charge(job, source, monkeypatch)  # 80 requests in doubt
+
+    listings.head(100).write_csv(source)  # the resume sees part of the third batch only
+    assert job.score(source) == 0
+    listings.write_csv(source)  # the rest comes back: replayed, not paid a second time
+    assert job.score(source) == 0
+    assert job.charged() == DISTINCT_VALID
+    assert job.results()["decisions_used"].sum() == DISTINCT_VALID - 120  # this run's spend

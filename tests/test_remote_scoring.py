@@ -211,13 +211,42 @@ def test_requests_in_doubt_a_budget_keeps_back_are_replayed_later_not_paid_again
     )  # fmt: skip
     assert held.exit_code == 3 and 10_000 - service.balance() == charged
     messages = held.results.filter(pl.col("status") == "skipped")["error_message"]
-    assert messages.str.contains("replays it instead of paying again").sum() == charged
+    assert messages.str.contains("a charge made then is replayed").sum() == charged
 
     last = score_remote(
         remote(service.url, service.key), out, journal=Journal(journal_path), source=small
     )
     assert last.exit_code == 0
     assert 10_000 - service.balance() == last.results["decisions_used"].sum()  # each paid once
+
+
+def test_requests_in_doubt_left_out_of_a_resumed_file_are_replayed_when_they_return(
+    tmp_path, service, small, monkeypatch
+):
+    record = Journal.record
+
+    def killed_before_the_answers_are_recorded(journal, answers, batch_key):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Journal, "record", killed_before_the_answers_are_recorded)
+    journal_path, out = tmp_path / "run.journal", tmp_path / "out.parquet"
+    source = tmp_path / "listings.csv"
+    listings = pl.read_csv(small, infer_schema=False)
+    listings.write_csv(source)
+    with pytest.raises(KeyboardInterrupt):
+        score_remote(remote(service.url, service.key), out, journal=Journal(journal_path),
+                     source=source)  # fmt: skip
+    monkeypatch.setattr(Journal, "record", record)
+    charged = 10_000 - service.balance()
+
+    listings.head(listings.height // 2).write_csv(source)  # half the rows in doubt come back
+    score_remote(remote(service.url, service.key), out, journal=Journal(journal_path),
+                 source=source)  # fmt: skip
+    listings.write_csv(source)  # then the other half
+    last = score_remote(
+        remote(service.url, service.key), out, journal=Journal(journal_path), source=source
+    )
+    assert last.exit_code == 0 and 10_000 - service.balance() == charged  # none paid twice
 
 
 def test_402_mid_run_then_topup_then_same_run_pays_each_row_once(tmp_path, service, small):

@@ -36,8 +36,8 @@ StageProgress = Callable[[int, int], None]  # (requests handled, decisions spent
 
 # Said of a row in doubt that the budget or the balance kept from going again.
 STILL_IN_DOUBT = (
-    " (an earlier run sent it and stopped before its answer came back: if that charge went"
-    " through, the next run replays it instead of paying again)"
+    " (an earlier run stopped while sending it, so it may have been charged: the next run"
+    " sends it under the same key, and a charge made then is replayed, not made again)"
 )
 
 SECONDS_PER_DAY = 86_400
@@ -237,8 +237,10 @@ class Executor:
         under their keys, for the next run to replay. Recorded as skipped, they would count
         as never sent, and be paid again under new keys."""
         batch_key = group["batch_key"][0]
+        # a batch in doubt resent under its own key (not rows retried in a batch of their own)
+        again = in_doubt and group["state"][0] == "sent"
         if self.journal is not None:
-            self.journal.mark_sent(group, batch_key, rows_file)
+            self.journal.mark_sent(group, batch_key, rows_file, again=again)
         answers = _with_fingerprint(self.scorer.score(group, budget=self.budget), group)
         if in_doubt:
             answers = answers.with_columns(
@@ -289,18 +291,12 @@ class _Ahead:
 def _record(
     journal: Journal, group: pl.DataFrame, paid: pl.DataFrame, batch_key: str, *, in_doubt: bool
 ) -> None:
-    """`Journal.record` the answers to `group`, but leave rows of a group `in_doubt` that
-    were not sent this time (skipped) in doubt, under their keys."""
-    unsent = paid["status"] == "skipped"
-    if not in_doubt or not unsent.any():
-        journal.record(paid, batch_key)
-        return
-    if not unsent.all():
-        # Some answered (remote: a key per request): the rest in a batch of their own. An
-        # embedded batch, one charge, is sent or skipped whole.
-        held = group.join(paid.filter(unsent), on="request_id", how="semi")
-        journal.mark_sent(held, f"doubt-{uuid.uuid4().hex}")
-    journal.record(paid.filter(~unsent), batch_key)  # all unsent: nothing, the batch stays sent
+    """`Journal.record` the answers to `group`; but rows of a group `in_doubt` not sent this
+    time (skipped: the budget or the balance held them back) get no answer, so they stay in
+    doubt under their keys (Journal.states), to be replayed by the next run."""
+    if in_doubt:
+        paid = paid.filter(pl.col("status") != "skipped")
+    journal.record(paid, batch_key)
 
 
 def _of_group(answers: pl.DataFrame, group: pl.DataFrame, column: str) -> pl.Series:

@@ -194,7 +194,10 @@ class Journal:
         answers = self._scan_each(answered_in, ["fingerprint", *_ANSWERED_SCHEMA])
         rows = _beside(rows, answers)
         answered = pl.col("status").is_not_null() & (pl.col("status") != "skipped")
-        known = rows.filter(pl.col("_sent") | answered)
+        # A row of an answered batch with no answer of its own was not sent again when the
+        # batch was (not in the file that time, or held back by the budget): still in doubt.
+        in_doubt = pl.col("_sent") | pl.col("status").is_null()
+        known = rows.filter(in_doubt | answered)
         if not _each_once(known["fingerprint"]):  # in more than one batch
             known = known.unique("fingerprint", keep="last", maintain_order=True)  # in _order
         by_order = pl.DataFrame(
@@ -206,7 +209,7 @@ class Journal:
         )
         known = pl.concat([known, by_order[known["_order"]]], how="horizontal")
         state = (
-            pl.when(pl.col("_sent")).then(pl.lit("sent"))
+            pl.when(in_doubt).then(pl.lit("sent"))
             .when(pl.col("status").is_in(_FINAL)).then(pl.lit("done"))
             .otherwise(pl.lit("failed"))
         )  # fmt: skip
@@ -298,19 +301,43 @@ class Journal:
         """A rows file written ahead for a batch that did not leave as it was written."""
         (self.files / rows_file).unlink(missing_ok=True)
 
-    def mark_sent(self, rows: pl.DataFrame, batch_key: str, rows_file: str | None = None) -> None:
+    def mark_sent(
+        self,
+        rows: pl.DataFrame,
+        batch_key: str,
+        rows_file: str | None = None,
+        *,
+        again: bool = False,
+    ) -> None:
         """Before the requests leave: their fingerprints, keys and costs, and the batch `sent`.
         `rows_file`: these rows' file, already written by `write_rows`.
 
-        From here on a crash leaves them in doubt, to be resent under the same keys."""
+        From here on a crash leaves them in doubt, to be resent under the same keys. `again`:
+        the batch is being resent (it was in doubt); its rows not among `rows` (not in this
+        run's file, say) stay in it, unanswered, so they stay in doubt under their keys, and
+        its answers so far are kept for `record` to add to."""
+        earlier = self._batch_files(batch_key) if again else None
+        if earlier is not None and earlier[0] is not None:
+            kept = pl.read_parquet(self.files / earlier[0]).join(
+                rows.select("fingerprint"), on="fingerprint", how="anti"
+            )
+            rows = pl.concat([rows.select(list(_ROWS_SCHEMA)), kept], how="vertical_relaxed")
+            rows_file = None
         if rows_file is None:
             rows_file = self.write_rows(rows, batch_key)
         now = time.time()
         self._db.execute(
-            "INSERT OR REPLACE INTO batches (batch_key, state, rows_file, rows, created_at,"
-            " updated_at) VALUES (?, 'sent', ?, ?, ?, ?)",
-            (batch_key, rows_file, rows.height, now, now),
+            "INSERT OR REPLACE INTO batches (batch_key, state, rows_file, answers_file, rows,"
+            " created_at, updated_at) VALUES (?, 'sent', ?, ?, ?, ?, ?)",
+            (batch_key, rows_file, earlier[1] if earlier else None, rows.height, now, now),
         )
+
+    def _batch_files(self, batch_key: str) -> tuple[str | None, str | None] | None:
+        """(rows file, answers file) of a batch the journal holds, or None."""
+        self.flush()
+        return self._db.execute(
+            "SELECT rows_file, answers_file FROM batches WHERE batch_key = ?", (batch_key,)
+        ).fetchone()
 
     def record(self, answers: pl.DataFrame, batch_key: str) -> None:
         """After the answers: every row's answer (fingerprint + status + result columns), then
@@ -326,6 +353,12 @@ class Journal:
         now = time.time()
         name = f"{_safe(batch_key)}-{uuid.uuid4().hex[:8]}.answers.parquet"
         stamped = answers.with_columns(scored_at=pl.lit(now))
+        earlier = self._batch_files(batch_key)
+        if earlier is not None and earlier[1] is not None:  # a batch resent: add to its answers
+            kept = pl.read_parquet(self.files / earlier[1]).join(
+                stamped.select("fingerprint"), on="fingerprint", how="anti"
+            )
+            stamped = pl.concat([stamped, kept], how="diagonal_relaxed")
         written = self._writer.submit(self._write, stamped, name)
         self._recording.append((written, batch_key, now))
 
@@ -363,6 +396,12 @@ class Journal:
         """One rows file and one answers file holding every final answer still fresh."""
         batches = self._batches()
         if len(batches) <= 1 or any(state != "done" for _, state, *_ in batches):
+            return
+        # Requests still in doubt (failed, or left unanswered in a resent batch) keep their
+        # batches, keys and all, until they are answered: folded, they would be forgotten, and
+        # sent again under new keys, paid twice. (The next finished run tries again.)
+        every = self._scan_each([rows_file for _, _, rows_file, *_ in batches], ["fingerprint"])
+        if self.states(every["fingerprint"].unique())["state"].is_in(["sent", "failed"]).any():
             return
         fresh_after = time.time() - freshness_days * 86_400
 
