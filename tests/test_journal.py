@@ -744,3 +744,18 @@ def test_rows_in_doubt_missing_from_a_resumed_file_are_still_in_doubt_when_they_
     assert job.score(source) == 0
     assert job.charged() == DISTINCT_VALID
     assert job.results()["decisions_used"].sum() == DISTINCT_VALID - 120  # this run's spend
+
+
+def test_a_dry_run_after_a_kill_says_what_the_rows_in_doubt_may_cost(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
+    job = Job(tmp_path)
+    source = SAMPLE / "portfolio.csv"
+    _killed_after_the_third_charge(job, source, monkeypatch)  # 80 requests in doubt
+    capsys.readouterr()
+    assert job.score(source, "--dry-run", "--json") == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["in_doubt"] == 80 and plan["in_doubt_decisions"] == 80
+    assert plan["decisions_needed"] == DISTINCT_VALID - 120
+    assert plan["decisions_needed_at_most"] == DISTINCT_VALID - 40

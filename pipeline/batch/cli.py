@@ -221,7 +221,11 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
 
 def print_plan(plan: Plan, *, as_json: bool) -> None:
     if as_json:
-        fields = asdict(plan) | {"decisions_needed": plan.decisions_needed, "dry_run": True}
+        fields = asdict(plan) | {
+            "decisions_needed": plan.decisions_needed,
+            "decisions_needed_at_most": plan.decisions_needed_at_most,
+            "dry_run": True,
+        }
         print(json.dumps(fields, ensure_ascii=False, indent=2))
         return
     print("Dry run: nothing was sent and nothing was charged.")

@@ -370,11 +370,18 @@ class Plan:
     borderline_worst_case: int | None
     balance: int | None
     budget: int | None
+    # rows in doubt cost nothing if their first send was charged (replayed), their cost if it
+    # never arrived: the plan cannot tell which, so it says how much at most
+    in_doubt_decisions: int = 0
     read_as: dict[str, object] = field(default_factory=dict)  # the sheet, header row, merges
 
     @property
     def decisions_needed(self) -> int:
         return self.scoring_decisions + self.reasoning_decisions
+
+    @property
+    def decisions_needed_at_most(self) -> int:
+        return self.decisions_needed + self.in_doubt_decisions
 
     def lines(self) -> list[tuple[str, object]]:
         rows: list[tuple[str, object]] = [
@@ -389,8 +396,15 @@ class Plan:
         ]
         if self.borderline_worst_case is not None:
             rows.append(("Worst case with borderline reasoning", self.borderline_worst_case))
+        if self.in_doubt_decisions:
+            rows.append(
+                ("Decisions for rows in doubt, at most (none if charged before)",
+                 self.in_doubt_decisions)
+            )  # fmt: skip
+        rows.append(("Decisions needed", self.decisions_needed))
+        if self.in_doubt_decisions:
+            rows.append(("Decisions needed, at most", self.decisions_needed_at_most))
         rows += [
-            ("Decisions needed", self.decisions_needed),
             ("Budget", "none" if self.budget is None else self.budget),
             ("Balance", "unknown" if self.balance is None else self.balance),
         ]
@@ -504,6 +518,7 @@ def make_plan(
     in_doubt = first.in_doubt.height
     new_cost = int(first.new["cost"].sum() or 0)
     reasoning = new_cost if mode == "all" else 0
+    in_doubt_cost = int(first.in_doubt["cost"].sum() or 0)
     worst = None
     if mode == "borderline":
         # Explanations owed for verdicts the journal already holds as partial are certain;
@@ -518,7 +533,6 @@ def make_plan(
         to_send += second.new.height + second.in_doubt.height
         # Requests in doubt are free when their first send was charged, paid when it never
         # arrived: the worst case pays them.
-        in_doubt_cost = int(first.in_doubt["cost"].sum() or 0)
         in_doubt_cost += int(second.in_doubt["cost"].sum() or 0)
         unknown = first.new.height + first.in_doubt.height  # verdicts not known yet
         worst = new_cost + reasoning + in_doubt_cost + COST_WITH_REASONING * unknown
@@ -535,6 +549,7 @@ def make_plan(
         balance=scorer.balance(),
         budget=options.budget,
         read_as=dict(prepared.notes),
+        in_doubt_decisions=in_doubt_cost,
     )
 
 
