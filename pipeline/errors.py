@@ -26,6 +26,10 @@ class PipelineError(Exception):
     """Base of every error this package raises on purpose."""
 
     exit_code = 1
+    # Set on an error raised after a batch run was charged (its outputs failing to write):
+    # the run's BatchOutcome so far, so the failure's record says what was paid.
+    outcome: object | None = None
+    scorer_version: str | None = None
 
 
 class UsageError(PipelineError):

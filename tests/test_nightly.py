@@ -161,8 +161,9 @@ def test_a_remote_night_run_twice_is_one_job(tmp_path, monkeypatch):
 
     configs = _project(tmp_path)
     (configs / "nightly.toml").write_text(
-        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["csv"]\n', encoding="utf-8"
-    )
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["csv"]\nworkspace = "acme-eu"\n',
+        encoding="utf-8",
+    )  # a workspace name the key does not spend from: it names the journal only
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
     with running_service(tmp_path / "service", Engine.default(), balance=1000) as service:
         monkeypatch.setenv("DECISIONS_API_URL", service.url)
@@ -170,3 +171,35 @@ def test_a_remote_night_run_twice_is_one_job(tmp_path, monkeypatch):
         assert main(["nightly"]) == 0
         assert main(["nightly"]) == 0  # after a top-up, say: the same job, not "another job"
         assert service.balance() == 640
+    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["workspace"] == "acme"  # the workspace that paid
+
+
+def test_a_night_that_fails_after_paying_says_what_it_paid(tmp_path, monkeypatch):
+    configs = _project(tmp_path)
+    (configs / "nightly.toml").write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["csv", "xlsx"]\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = str(tmp_path / "ledger.db")
+    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    (night / "portfolio-scored.xlsx").mkdir(parents=True)  # the workbook cannot be written
+
+    assert main(["nightly", "--db", db]) == 1
+    manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["decisions_spent"] == 360 and manifest["exit_code"] == 1
+    assert "portfolio-scored.xlsx" in manifest["error"]
+    assert manifest["outputs"] == [str(night / "portfolio-scored.csv")]
+
+
+def test_a_night_that_failed_on_a_typo_does_not_bar_the_corrected_one(tmp_path, monkeypatch):
+    configs = _project(tmp_path)
+    nightly = configs / "nightly.toml"
+    nightly.write_text('input = "portfolio.csvv"\nformats = ["csv"]\n', encoding="utf-8")
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = str(tmp_path / "ledger.db")
+    assert main(["nightly", "--db", db]) == 2
+    (tmp_path / "portfolio.csv").write_bytes((SAMPLE / "portfolio.csv").read_bytes())
+    nightly.write_text('input = "portfolio.csv"\nformats = ["csv"]\n', encoding="utf-8")
+    assert main(["nightly", "--db", db]) == 0  # not "another job"

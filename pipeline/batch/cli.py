@@ -83,14 +83,14 @@ def add_nightly_command(commands: Any) -> None:
 def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     from datetime import date
 
-    from pipeline.batch.nightly import load_nightly, make_room, records_a_run, score_arguments
+    from pipeline.batch.nightly import load_nightly, make_room, score_arguments
 
     config = load_nightly(args.config or settings.root / "configs" / "nightly.toml")
     today = date.today()
     # The workspace that pays: configured, else the local one; through a service, the key's
-    # (not known before the run asks the service).
+    # (not known before the run asks the service, and what its manifest names).
     remote = bool(os.environ.get(ENV_URL, "").strip())
-    workspace = config.workspace or (None if remote else settings.ledger.workspace)
+    workspace = None if remote else config.workspace or settings.ledger.workspace
     make_room(config, settings.root, today, workspace)
     argv = ["score", *score_arguments(config, settings.root, today)]
     if args.db:
@@ -99,16 +99,7 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     add_score_command(parser.add_subparsers(dest="command"))
     score_args = parser.parse_args(argv)
     print(f"decisions nightly: {' '.join(argv)}", flush=True)
-    started = datetime.now(UTC)
-    try:
-        return cmd_score(score_args, settings)
-    except PipelineError as exc:
-        # A night that stopped before its summary (the export missing, a column renamed)
-        # still leaves a record a monitor reads; an earlier run's record that night stays.
-        if not records_a_run(score_args.manifest):
-            failure = failure_manifest(exc, started, score_args.input, workspace)
-            write_manifest(score_args.manifest, failure)
-        raise
+    return cmd_score(score_args, settings)
 
 
 def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[LocalScorer, str]:
@@ -139,6 +130,40 @@ def _warn_unused_read_options(args: argparse.Namespace) -> None:
 
 
 def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
+    started = datetime.now(UTC)
+    try:
+        return _score(args, settings)
+    except PipelineError as exc:
+        if args.manifest is not None:
+            _record_failure(args, settings, exc, started)
+        raise
+
+
+def _record_failure(
+    args: argparse.Namespace, settings: Settings, error: PipelineError, started: datetime
+) -> None:
+    """--manifest for a run that failed: its summary if it got as far as one (what it paid
+    shows), else a record of the error, unless the file already holds a run's summary (a
+    night's earlier run: its record stays)."""
+    from pipeline.batch.nightly import records_a_run
+
+    outcome = getattr(error, "outcome", None)
+    if outcome is not None:
+        manifest = summary_json(outcome, error.scorer_version)  # type: ignore[arg-type]
+        manifest |= {"exit_code": error.exit_code, "error": str(error)}
+    elif records_a_run(args.manifest):
+        return
+    else:
+        remote = args.api_url or os.environ.get(ENV_URL, "").strip()
+        workspace = args.workspace or (None if remote else settings.ledger.workspace)
+        manifest = failure_manifest(error, started, args.input, workspace)
+    try:
+        write_manifest(args.manifest, manifest)
+    except (OSError, PipelineError) as exc:  # the run's own error is the one to report
+        print(f"decisions: warning: the manifest could not be written ({exc})", file=sys.stderr)
+
+
+def _score(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.batch.journal import Journal, job_lock, journal_path
     from pipeline.batch.scorers.remote_options import remote_scorer_from_args
     from pipeline.errors import UsageError
@@ -165,7 +190,13 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         identity = remote.identify()
         if identity is not None:
             owner = identity[0]
-            workspace = workspace or owner
+            if workspace is not None and workspace != owner:
+                print(
+                    f"decisions: warning: the API key spends from workspace {owner!r}; "
+                    f"--workspace {workspace!r} only names this job's journal",
+                    file=sys.stderr,
+                )
+            workspace = owner  # the summary names the workspace that pays
     else:
         scorer, workspace = _embedded_scorer(args, settings)
         target = f"{scorer.version}:{scorer.ledger.path.resolve()}:{workspace}"

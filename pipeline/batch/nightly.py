@@ -98,7 +98,8 @@ def make_room(config: NightlyConfig, root: Path, day: date, workspace: str | Non
         return
     same_input = Path(str(earlier.get("input", ""))).resolve() == source.resolve()
     paid_by = earlier.get("workspace") or workspace
-    if not same_input or (workspace is not None and paid_by != workspace):
+    failed_early = "error" in earlier and not earlier.get("outputs")  # a typo since fixed, say
+    if not failed_early and (not same_input or (workspace is not None and paid_by != workspace)):
         raise UsageError(
             f"{manifest.parent}: holds tonight's run of {earlier.get('input')} for workspace "
             f"{earlier.get('workspace')!r}, another job; give each nightly job its own output_dir"

@@ -39,7 +39,7 @@ from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
 from pipeline.engine.schema import REQUEST_SCHEMA
-from pipeline.errors import MissingColumnError, UnknownHeaderError, UsageError
+from pipeline.errors import MissingColumnError, PipelineError, UnknownHeaderError, UsageError
 from pipeline.io.read import check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
 from pipeline.ledger.base import COST_WITH_REASONING, cost_of
@@ -682,27 +682,36 @@ def run_batch(
         keeping.forget_last_run()  # its files are about to be rewritten
     # A Parquet output holds exactly `results`: the journal's copy is then a copy of its bytes.
     parquet = next((o for o in options.outputs if output_format(o) == "parquet"), None)
-    with ThreadPoolExecutor(max_workers=1) as beside:
-        # The journal's files are written while the outputs are (polars writes release the
-        # GIL): this run's verdicts, and a copy of the output a rerun of an unchanged file
-        # answers from.
-        saved = []
-        if journal is not None:
-            verdicts = results.select("verdict").with_columns(listing=listings)
-            saved.append(beside.submit(journal.save_verdicts, verdicts, previous))
-        if keeping is not None and parquet is None:
-            saved.append(beside.submit(keeping.write_last_run, results, rejects))
-        for output in options.outputs:
-            progress(f"writing {output.name}", 0, results.height, budget.spent)
-            write_output(
-                output, results, rejects=rejects, summary=summary, changes=changes,
-                csv_bom=options.csv_bom,
-            )  # fmt: skip
-            if keeping is not None and output == parquet:
-                copy = beside.submit(keeping.write_last_run, results, rejects, written=output)
-                saved.append(copy)
-        for done in saved:
-            done.result()
+    written: list[Path] = []
+    try:
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            # The journal's files are written while the outputs are (polars writes release the
+            # GIL): this run's verdicts, and a copy of the output a rerun of an unchanged file
+            # answers from.
+            saved = []
+            if journal is not None:
+                verdicts = results.select("verdict").with_columns(listing=listings)
+                saved.append(beside.submit(journal.save_verdicts, verdicts, previous))
+            if keeping is not None and parquet is None:
+                saved.append(beside.submit(keeping.write_last_run, results, rejects))
+            for output in options.outputs:
+                progress(f"writing {output.name}", 0, results.height, budget.spent)
+                write_output(
+                    output, results, rejects=rejects, summary=summary, changes=changes,
+                    csv_bom=options.csv_bom,
+                )  # fmt: skip
+                written.append(output)
+                if keeping is not None and output == parquet:
+                    copy = beside.submit(keeping.write_last_run, results, rejects, written=output)
+                    saved.append(copy)
+            for done in saved:
+                done.result()
+    except PipelineError as exc:
+        # Charged by then: the caller's record of the failure says what was paid, and what
+        # was written.
+        exc.outcome = BatchOutcome(summary, results, rejects, written, changes)
+        exc.scorer_version = scorer.version
+        raise
     if keeping is not None:
         keeping.finish_run(freshness_days)
         keeping.keep_last_run(key, min(executor.oldest_reused, started.timestamp()))
