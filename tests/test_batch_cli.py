@@ -331,6 +331,47 @@ def test_title_rows_above_the_header_are_not_listings(tmp_path, db, capsys):
     )
 
 
+def test_a_wide_title_and_an_empty_formula_above_the_header_are_titles(tmp_path, db, capsys):
+    import xlsxwriter
+
+    source = tmp_path / "export.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    sheet = workbook.add_worksheet()
+    sheet.write_formula(0, 0, '=IF(1,"","x")', None, "")  # shows nothing: not in the table
+    sheet.write_row(1, 0, ["Portfolio Q4", "Al Noor Real Estate", "Exported", "2026-11-20"])
+    header = ["Ref", "City", "District", "Type", "Price", "Area", "Bedrooms", "Agent"]
+    sheet.write_row(2, 0, header)
+    sheet.write_row(3, 0, ["A-1", "Riyadh", "Al Malqa", "villa", 3000000, 400, 5, "Sara"])
+    workbook.close()
+    out = tmp_path / "scored.csv"
+    assert score(db, str(source), "-o", str(out), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["notes"]["Header row"].startswith(
+        "the row headed 'Ref', 'City', 'District'...: the 1 row(s) above it ('Portfolio Q4'"
+    )
+
+
+def test_excel_error_values_in_name_columns_are_rejected_not_scored(tmp_path, db):
+    import xlsxwriter
+
+    source = tmp_path / "lookups.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["City", "District", "Type", "Price", "Area"])
+    sheet.write_row(1, 0, [None, "Al Malqa", "villa", 3000000, 400])
+    sheet.write_formula(1, 0, "=VLOOKUP(A9,B9:C9,2,0)", None, "#N/A")
+    sheet.write_row(2, 0, ["Riyadh", None, "villa", 3000000, 400])
+    sheet.write_formula(2, 1, "=VLOOKUP(A9,B9:C9,2,0)", None, "#N/A")
+    workbook.close()
+    out = tmp_path / "scored.parquet"
+    assert score(db, str(source), "-o", str(out)) == 0
+    scored = pl.read_parquet(out)
+    assert scored["status"].to_list() == ["rejected", "rejected"] and balance(db) == 5000
+    assert scored["error_message"][1] == (
+        "row 2, column 'District': '#N/A': location.district must be a name, not an Excel "
+        "error value (a formula that failed in the sheet)"
+    )
+
+
 def test_a_header_under_listings_is_not_taken_and_one_under_a_title_names_its_gap(
     tmp_path, db, capsys
 ):

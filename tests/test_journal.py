@@ -746,9 +746,7 @@ def test_rows_in_doubt_missing_from_a_resumed_file_are_still_in_doubt_when_they_
     assert job.results()["decisions_used"].sum() == DISTINCT_VALID - 120  # this run's spend
 
 
-def test_a_dry_run_after_a_kill_says_what_the_rows_in_doubt_may_cost(
-    tmp_path, monkeypatch, capsys
-):
+def test_a_dry_run_after_a_kill_says_what_the_rows_in_doubt_may_cost(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
     job = Job(tmp_path)
     source = SAMPLE / "portfolio.csv"

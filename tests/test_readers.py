@@ -316,6 +316,20 @@ def test_merges_are_placed_by_the_cells_calamine_reads_and_a_blank_one_is_left(
     assert result.merged_down == ["B4:B6"]
 
 
+def test_merges_whose_place_cannot_be_checked_are_left_and_said_to_be(tmp_path: Path) -> None:
+    path = tmp_path / "text-only.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["City", "District", "Price"])
+    sheet.write_row(1, 0, ["Riyadh", "Al Malqa", "3000000"])  # numbers as text: nothing to
+    sheet.write_row(2, 0, ["Riyadh", None, "3100000"])  # check the table's place by
+    sheet.merge_range(1, 1, 2, 1, "Al Malqa")
+    workbook.close()
+    result = read_table_with_info(path)
+    assert result.frame["District"].to_list() == ["Al Malqa", None]
+    assert result.not_restored == "1 merged range(s)" and not result.merged_down
+
+
 def test_error_cells_keep_their_error_text(tmp_path: Path) -> None:
     path = tmp_path / "errors.xlsx"
     workbook = xlsxwriter.Workbook(path)

@@ -124,8 +124,9 @@ def prepare(options: BatchOptions) -> Prepared:
         notes.append(
             (
                 "Header row",
-                f"the row headed {headers}...: the {below.title_rows} row(s) above it "
-                f"({written[0]!r}...) are a title, not listings",
+                f"the row headed {headers}...: the {below.title_rows} row(s) above it"
+                + (f" ({written[0]!r}...)" if written else "")
+                + " are a title, not listings",
             )
         )
     row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
@@ -140,6 +141,15 @@ def prepare(options: BatchOptions) -> Prepared:
                 f" (the first visible sheet with data; passed over: {', '.join(read.passed_over)})"
             )
         notes.insert(0, ("Sheet", sheet))
+    if read.not_restored:
+        notes.append(
+            (
+                "Merged and error cells not read",
+                f"{read.not_restored}: their place in the sheet could not be checked (no number "
+                "cell to check it by); their rows were read as they stand. Unmerge and fill "
+                "them to have them read",
+            )
+        )
     if read.merged_down:
         shown = ", ".join(read.merged_down[:5]) + (", ..." if len(read.merged_down) > 5 else "")
         notes.append(("Merged cells filled down", f"{len(read.merged_down)} ({shown})"))

@@ -19,11 +19,18 @@ EMPTY_ROW = "empty_row"  # error_code of a row with no value at all (a blank lin
 REASON_COLUMNS = ("error_code", "error_field", "error_message", "error_column", "error_value")
 _EXPECTED = {pl.Float64(): "a number", pl.Boolean(): "yes or no"}
 
-# (column, what it must be) for the cells a reader hands over as text and normalisation types.
+# Excel's error values, as an XLSX reader hands them over (a formula that failed: a VLOOKUP
+# that found no district). A number or yes/no field cannot read one; a name field would take
+# it for a name, so it is refused there too.
+EXCEL_ERROR = r"^#(?:N/A|DIV/0!|VALUE!|REF!|NAME\?|NUM!|NULL!|SPILL!|CALC!|GETTING_DATA)$"
+_NOT_AN_ERROR = "a name, not an Excel error value (a formula that failed in the sheet)"
+
+# (column, what it must be) for the cells a reader hands over as text and normalisation types,
+# and for the name fields, which take any text but an error value, in request order.
 _TYPED = [
-    (column, _EXPECTED[dtype])
+    (column, _EXPECTED.get(dtype, _NOT_AN_ERROR))
     for column, dtype in REQUEST_SCHEMA.items()
-    if dtype in _EXPECTED and column != "reasoning"
+    if (dtype in _EXPECTED and column != "reasoning") or column in ("city", "district")
 ]
 
 
@@ -34,8 +41,10 @@ def _unreadable_cell(raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnM
         header = mapping.fields.get(column)
         if header is None:
             continue
-        # Readers turn blank cells into nulls (io.read.finish_frame): a cell has text here.
-        unread = raw[header].is_not_null() & requests[column].is_null()
+        if _TYPED[i][1] == _NOT_AN_ERROR:
+            unread = raw[header].str.contains(EXCEL_ERROR).fill_null(False)
+        else:  # readers turn blank cells into nulls (io.read.finish_frame): a cell has text
+            unread = raw[header].is_not_null() & requests[column].is_null()
         checks.append(pl.when(unread).then(pl.lit(i, pl.Int32)))
     if not checks:
         return pl.Series("unread", [None] * raw.height, dtype=pl.Int32)

@@ -54,6 +54,7 @@ class ReadResult:
     sheet: str | None = None  # XLSX: the sheet read
     passed_over: list[str] | None = None  # XLSX without --sheet: sheets before it not read
     merged_down: list[str] | None = None  # XLSX: merges down a column, filled ("B2:B5")
+    not_restored: str | None = None  # XLSX: merged / error cells left as read (see the note)
     renamed_headers: dict[str, str] | None = None  # final name -> header as written
 
 

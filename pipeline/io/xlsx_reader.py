@@ -36,7 +36,7 @@ NINE_DECIMALS = r"^-?\d+\.\d{9}$"  # how the text conversion prints a number it 
 
 def read_xlsx(
     path: Path, *, sheet: str | int | None = None
-) -> tuple[list[str | None], pl.DataFrame, dict[str, str]]:
+) -> tuple[list[str | None], pl.DataFrame, dict[str, object]]:
     """The header cells, the data rows (positional column names) and the sheet read."""
     try:
         workbook = fastexcel.read_excel(path)
@@ -56,9 +56,15 @@ def read_xlsx(
         raise InputError(f"{path}: sheet {names[index]!r} is empty" + others * (len(names) > 1))
     raw = _with_all_digits(workbook, index, raw)
     raw = raw.with_columns(_tidy(pl.col(c)) for c in raw.columns)
-    raw, merged = restore_cells(path, index, raw)
+    restored = restore_cells(path, index, raw)
+    raw = restored.frame
     headers = list(raw.row(0))
-    details = {"sheet": names[index], "passed_over": passed_over, "merged_down": merged}
+    details = {
+        "sheet": names[index],
+        "passed_over": passed_over,
+        "merged_down": restored.merged_down,
+        "not_restored": restored.not_placed,
+    }
     return headers, raw.slice(1), details
 
 

@@ -61,19 +61,28 @@ class MergedDown:
     last_row: int
 
 
-def restore_cells(
-    path: Path, sheet_index: int, frame: pl.DataFrame
-) -> tuple[pl.DataFrame, list[str]]:
+@dataclass(frozen=True)
+class Restored:
+    frame: pl.DataFrame
+    merged_down: list[str]  # the merges filled ("B2:B5")
+    not_placed: str | None = None  # what could not be restored, when the place was not sure
+
+
+def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored:
     """`frame` (a sheet as read, its first row the header) with its error cells' text and
-    each merge down a column filled with its top value; and the merges filled ("B2:B5")."""
+    each merge down a column filled with its top value."""
     xml = _sheet_xml(path, sheet_index)
     if xml is None or (b"mergeCell" not in xml and b't="e"' not in xml):
-        return frame, []
+        return Restored(frame, [])
     origin = _origin(xml, frame)
     if origin is None:
-        return frame, []
+        merges = sum(m.last_row > m.first_row for m in _merges(xml))
+        errors = sum(1 for _ in _ERROR_CELL.finditer(xml))
+        counts = [(merges, "merged range(s)"), (errors, "error cell(s)")]
+        found = " and ".join(f"{n} {what}" for n, what in counts if n)
+        return Restored(frame, [], found or None)
     frame = _with_errors(xml, origin, frame)
-    return _filled_down(xml, origin, frame)
+    return Restored(*_filled_down(xml, origin, frame))
 
 
 def _with_errors(xml: bytes, origin: tuple[int, int], frame: pl.DataFrame) -> pl.DataFrame:
@@ -171,10 +180,12 @@ def _first_row_and_column(xml: bytes, cell: bytes) -> tuple[int, int] | None:
     first = re.search(cell % rb"([A-Z]+)", xml)  # rows come in order: the top row
     if first is None:
         return None
-    for column in range(_column(first.group(1)) + 1):
-        if re.search(cell % _letters(column).encode(), xml):
-            return int(first.group(2)) - 1, column
-    return None
+    column = _column(first.group(1))
+    if column > 0:  # a cell further left, in a row below: one scan for all those columns
+        left = b"|".join(_letters(c).encode() for c in range(column))
+        found = [_column(m.group(1)) for m in re.finditer(cell % (b"(" + left + b")"), xml)]
+        column = min([column, *found])
+    return int(first.group(2)) - 1, column
 
 
 def _numbers_match(
@@ -189,14 +200,21 @@ def _numbers_match(
         if not (0 <= row < frame.height and 0 <= column < frame.width):
             return False
         text = frame[row, column]
+        if text is not None and _DATE_OR_TIME.match(text):
+            continue  # a number shown as a date or a time: calamine turned it into that text
         try:
             shown = float(text) if text is not None else None
         except ValueError:
-            continue  # a date, a time or a boolean calamine turned into text
+            return False  # a number on a text cell: not the place
         if shown is None or abs(shown - value) > 1e-9 * max(1.0, abs(value)):
             return False
         matched += 1
     return matched > 0
+
+
+_DATE_OR_TIME = re.compile(
+    r"^(?:\d{4}-\d{2}-\d{2}(?: \d{2}:\d{2}:\d{2}(?:\.\d+)?)?|\d{2}:\d{2}:\d{2})$"
+)
 
 
 def _column(letters: bytes) -> int:
