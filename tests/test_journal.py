@@ -553,16 +553,22 @@ def _killed_after_the_third_charge(job: Job, source: Path, monkeypatch) -> None:
     assert job.charged() == 120
 
 
-def test_rows_in_doubt_replayed_in_a_run_of_a_changed_file_cost_nothing_in_it(
-    tmp_path, monkeypatch
-):
-
+def _killed_on_a_copy(tmp_path: Path, monkeypatch) -> tuple[Job, Path, pl.DataFrame]:
+    """The sample copied to a CSV the test can change, scored and killed after the third
+    charge (80 requests in doubt): the job, the CSV and the listings."""
     monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
     job = Job(tmp_path)
     source = tmp_path / "listings.csv"
     listings = read_table(SAMPLE / "portfolio.csv")
     listings.write_csv(source)
     _killed_after_the_third_charge(job, source, monkeypatch)
+    return job, source, listings
+
+
+def test_rows_in_doubt_replayed_in_a_run_of_a_changed_file_cost_nothing_in_it(
+    tmp_path, monkeypatch
+):
+    job, source, listings = _killed_on_a_copy(tmp_path, monkeypatch)
 
     changed = listings.with_columns(  # the last row's price: the file is not the same one
         pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("5550000"))
@@ -731,12 +737,7 @@ def test_rows_in_doubt_are_replayed_under_a_small_budget_and_never_paid_again(
 def test_rows_in_doubt_missing_from_a_resumed_file_are_still_in_doubt_when_they_return(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
-    job = Job(tmp_path)
-    source = tmp_path / "listings.csv"
-    listings = read_table(SAMPLE / "portfolio.csv")
-    listings.write_csv(source)
-    _killed_after_the_third_charge(job, source, monkeypatch)  # 80 requests in doubt
+    job, source, listings = _killed_on_a_copy(tmp_path, monkeypatch)
 
     listings.head(100).write_csv(source)  # the resume sees part of the third batch only
     assert job.score(source) == 0
