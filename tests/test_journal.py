@@ -385,6 +385,44 @@ def test_the_latest_batch_holding_a_request_decides_its_state(tmp_path):
     journal.close()
 
 
+def test_a_batch_resent_in_parts_keeps_its_rows_in_doubt_and_its_answers_done(tmp_path):
+    from pipeline.batch.journal import COMPACT_AFTER_BATCHES, Journal
+
+    def rows(*fingerprints: str) -> pl.DataFrame:
+        keys = [f"k-{f}" for f in fingerprints]
+        return pl.DataFrame({"fingerprint": fingerprints, "idempotency_key": keys,
+                             "cost": [1] * len(fingerprints)})  # fmt: skip
+
+    def scored(*fingerprints: str) -> pl.DataFrame:
+        return pl.DataFrame({"fingerprint": fingerprints, "status": ["scored"] * len(fingerprints)})
+
+    def state_of(*fingerprints: str) -> list[tuple[str, str | None, str | None]]:
+        found = journal.states(pl.Series(fingerprints))
+        return found.select("fingerprint", "state", "idempotency_key").rows()
+
+    journal = Journal(tmp_path / "j.journal")
+    journal.mark_sent(rows("a", "b"), "batch-1")  # killed: both in doubt
+    journal.mark_sent(rows("a"), "batch-1", again=True)  # resumed on a file without b
+    journal.record(scored("a"), "batch-1")
+    assert state_of("a", "b") == [("a", "done", "k-a"), ("b", "sent", "k-b")]
+    journal.mark_sent(rows("b"), "batch-1", again=True)  # b back, killed again: a stays done
+    assert state_of("a", "b") == [("a", "done", "k-a"), ("b", "sent", "k-b")]
+    journal.record(scored("b"), "batch-1")
+    assert state_of("a", "b") == [("a", "done", "k-a"), ("b", "done", "k-b")]
+
+    journal.mark_sent(rows("c", "d"), "batch-2")  # c comes back no more: in doubt for good
+    journal.record(scored("d"), "batch-2")
+    for n in range(COMPACT_AFTER_BATCHES):
+        journal.mark_sent(rows(f"x{n}"), f"more-{n}")
+        journal.record(scored(f"x{n}"), f"more-{n}")
+    journal.compact(freshness_days=30)  # folds what is done, keeps the batch holding c
+    assert len(journal._batches()) == 2
+    assert state_of("a", "c", "d", "x7") == [
+        ("a", "done", "k-a"), ("c", "sent", "k-c"), ("d", "done", "k-d"), ("x7", "done", "k-x7")
+    ]  # fmt: skip
+    journal.close()
+
+
 def test_rows_files_written_ahead_are_kept_only_for_batches_that_left(tmp_path, monkeypatch):
     monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
     job = Job(tmp_path)
@@ -758,3 +796,33 @@ def test_a_dry_run_after_a_kill_says_what_the_rows_in_doubt_may_cost(tmp_path, m
     assert plan["in_doubt"] == 80 and plan["in_doubt_decisions"] == 80
     assert plan["decisions_needed"] == DISTINCT_VALID - 120
     assert plan["decisions_needed_at_most"] == DISTINCT_VALID - 40
+
+
+def test_a_batch_killed_before_its_charge_is_new_work_whatever_the_file_holds_next(
+    tmp_path, monkeypatch
+):
+    from pipeline.ledger.sqlite import SqliteLedger
+
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
+    job = Job(tmp_path)
+    source = tmp_path / "listings.csv"
+    listings = read_table(SAMPLE / "portfolio.csv")
+    listings.write_csv(source)
+    charge, charges = SqliteLedger.charge, []
+
+    def killed_before_the_third_charge(ledger, workspace, request):
+        if len(charges) == 2:
+            raise KeyboardInterrupt  # the third batch marked sent, never charged
+        charges.append(request)
+        return charge(ledger, workspace, request)
+
+    monkeypatch.setattr(SqliteLedger, "charge", killed_before_the_third_charge)
+    assert job.score(source) == 130
+    monkeypatch.setattr(SqliteLedger, "charge", charge)
+    assert job.charged() == 80
+
+    listings.head(100).write_csv(source)  # part of the third batch only
+    assert job.score(source) == 0
+    listings.write_csv(source)  # the rest of it: paid for now, once
+    assert job.score(source) == 0
+    assert job.charged() == DISTINCT_VALID

@@ -118,14 +118,16 @@ class Executor:
         self.reused += triaged.reuse.height
         handled = triaged.reuse.height
         stop: tuple[str, str] | None = None
-        for group in self._doubt_groups(triaged.in_doubt):
+        groups, never_charged = self._doubt_groups(triaged.in_doubt)
+        for group in groups:
             answers = self._send(group, keep_costs=keep_costs, in_doubt=True)
             parts.append(answers)
             handled += group.height
             progress(handled, self.budget.spent)
             stop = stop or _stop_reason(answers)
         journal_id = self.journal.journal_id if self.journal is not None else uuid.uuid4().hex
-        for answers, sent in self._new_batches(_new_keys(triaged.new, journal_id), stop):
+        new = pl.concat([triaged.new, *never_charged], how="vertical_relaxed")
+        for answers, sent in self._new_batches(_new_keys(new, journal_id), stop):
             parts.append(answers)
             if sent:
                 handled += answers.height
@@ -205,9 +207,15 @@ class Executor:
             reason = (SKIPPED_BALANCE, f"the workspace balance ({balance}) is spent")
         return batch.head(rows), reason
 
-    def _doubt_groups(self, in_doubt: pl.DataFrame) -> list[pl.DataFrame]:
+    def _doubt_groups(
+        self, in_doubt: pl.DataFrame
+    ) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
+        """The groups to resend, and the rows of batches the scorer knows were never charged
+        (embedded: a run killed between marking a batch sent and charging it), which are new
+        work: resent under their batch key with fewer rows, they would be charged for those
+        alone, and the rest, coming back later, taken for paid with them."""
         if in_doubt.is_empty():
-            return []
+            return [], []
         # A batch that left and never came back goes again whole, under its own key (the key of
         # an embedded charge); rows whose retries ran out go again together in a new batch,
         # each under its own idempotency key.
@@ -215,7 +223,16 @@ class Executor:
         keyed = in_doubt.with_columns(
             batch_key=pl.when(pl.col("state") == "sent").then("batch_key").otherwise(pl.lit(retry))
         )
-        return [group for _, group in keyed.group_by("batch_key", maintain_order=True)]
+        groups, never_charged = [], []
+        for (batch_key,), group in keyed.group_by("batch_key", maintain_order=True):
+            sent = group["state"][0] == "sent"
+            if sent and self.scorer.batch_charged(str(batch_key)) is False:
+                never_charged.append(group)
+                if self.journal is not None:
+                    self.journal.forget_batch(str(batch_key))
+            else:
+                groups.append(group)
+        return groups, never_charged
 
     def _send(
         self,

@@ -194,9 +194,11 @@ class Journal:
         answers = self._scan_each(answered_in, ["fingerprint", *_ANSWERED_SCHEMA])
         rows = _beside(rows, answers)
         answered = pl.col("status").is_not_null() & (pl.col("status") != "skipped")
+        final = pl.col("status").is_in(_FINAL)
         # A row of an answered batch with no answer of its own was not sent again when the
         # batch was (not in the file that time, or held back by the budget): still in doubt.
-        in_doubt = pl.col("_sent") | pl.col("status").is_null()
+        # A batch being resent keeps its final answers: those rows are done.
+        in_doubt = (pl.col("_sent") & ~final.fill_null(False)) | pl.col("status").is_null()
         known = rows.filter(in_doubt | answered)
         if not _each_once(known["fingerprint"]):  # in more than one batch
             known = known.unique("fingerprint", keep="last", maintain_order=True)  # in _order
@@ -332,6 +334,11 @@ class Journal:
             (batch_key, rows_file, earlier[1] if earlier else None, rows.height, now, now),
         )
 
+    def forget_batch(self, batch_key: str) -> None:
+        """A batch known never to have been charged: its rows count as never sent."""
+        self.flush()
+        self._db.execute("DELETE FROM batches WHERE batch_key = ?", (batch_key,))
+
     def _batch_files(self, batch_key: str) -> tuple[str | None, str | None] | None:
         """(rows file, answers file) of a batch the journal holds, or None."""
         self.flush()
@@ -393,21 +400,26 @@ class Journal:
         _write_parquet(latest.rename({"listing": LISTING_KEY}), self.verdicts_path)
 
     def compact(self, freshness_days: float) -> None:
-        """One rows file and one answers file holding every final answer still fresh."""
+        """One rows file and one answers file holding every final answer still fresh.
+
+        Batches holding requests still in doubt (failed, or left unanswered in a resent batch)
+        are kept as they are, keys and all, until those are answered: folded, they would be
+        forgotten, and sent again under new keys, paid twice."""
         batches = self._batches()
         if len(batches) <= 1 or any(state != "done" for _, state, *_ in batches):
             return
-        # Requests still in doubt (failed, or left unanswered in a resent batch) keep their
-        # batches, keys and all, until they are answered: folded, they would be forgotten, and
-        # sent again under new keys, paid twice. (The next finished run tries again.)
         every = self._scan_each([rows_file for _, _, rows_file, *_ in batches], ["fingerprint"])
-        if self.states(every["fingerprint"].unique())["state"].is_in(["sent", "failed"]).any():
+        states = self.states(every["fingerprint"].unique())
+        doubt = states.filter(pl.col("state").is_in(["sent", "failed"]))
+        holding = set(doubt["batch_key"].to_list())
+        folded = [b for b in batches if b[0] not in holding]
+        if len(folded) <= 1:
             return
         fresh_after = time.time() - freshness_days * 86_400
 
         answers = []
         rows = []
-        for order, (_, _, rows_file, answers_file, _) in enumerate(batches):
+        for order, (_, _, rows_file, answers_file, _) in enumerate(folded):
             stored = pl.read_parquet(self.files / answers_file).filter(
                 pl.col("status").is_in(_FINAL) & (pl.col("scored_at") >= fresh_after)
             )
@@ -418,6 +430,8 @@ class Journal:
             .sort("_order")
             .unique("fingerprint", keep="last", maintain_order=True)
             .drop("_order")
+            # the kept batches decide for what they hold (the folded one is newer)
+            .join(doubt.select("fingerprint"), on="fingerprint", how="anti")
         )
         latest_rows = (
             pl.concat(rows, how="diagonal_relaxed")
@@ -435,7 +449,9 @@ class Journal:
         now = time.time()
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.execute("DELETE FROM batches")
+            self._db.executemany(
+                "DELETE FROM batches WHERE batch_key = ?", [(b[0],) for b in folded]
+            )
             self._db.execute(
                 "INSERT INTO batches (batch_key, state, rows_file, answers_file, rows, created_at,"
                 " updated_at) VALUES (?, 'done', ?, ?, ?, ?, ?)",
@@ -446,6 +462,7 @@ class Journal:
             raise
         self._db.execute("COMMIT")
         live = {rows_file, answers_file, "verdicts.parquet", _LAST_RESULTS, _LAST_REJECTS}
+        live |= {name for b in batches if b[0] in holding for name in b[2:4] if name}
         for stale in self.files.glob("*.parquet"):
             if stale.name not in live:
                 stale.unlink()

@@ -74,6 +74,11 @@ class Scorer(Protocol):
         """The balance now, when the scorer can know it."""
         ...
 
+    def batch_charged(self, batch_key: str) -> bool | None:
+        """Whether a batch sent under `batch_key` was charged, when the scorer can know it
+        without sending (embedded: the ledger says); None when it cannot (a remote service)."""
+        ...
+
     def scoring_ahead(self, requests: pl.DataFrame) -> AbstractContextManager[None]:
         """While the block runs, `score` may take what costs nothing from work done ahead on
         `requests` (the new requests of a pass, in sending order). Charges nothing."""

@@ -265,6 +265,9 @@ class HttpScorer:
     def balance(self) -> int | None:
         return self._balance
 
+    def batch_charged(self, batch_key: str) -> bool | None:
+        return None  # each request has its own key, and the service is asked only by sending
+
     def identify(self) -> tuple[str, int] | None:
         """The key's workspace and balance from GET /v1/workspace (our service's addition to
         the spec), before anything is sent; the balance seeds `--reserve`. None when the

@@ -55,6 +55,9 @@ class LocalScorer:
     def balance(self) -> int | None:
         return self.ledger.workspace(self.workspace).balance
 
+    def batch_charged(self, batch_key: str) -> bool | None:
+        return self.ledger.charged(self.workspace, batch_key)
+
     def score(
         self, requests: pl.DataFrame, *, budget: Budget, progress: ProgressCallback | None = None
     ) -> pl.DataFrame:
