@@ -412,13 +412,15 @@ def test_a_batch_resent_in_parts_keeps_its_rows_in_doubt_and_its_answers_done(tm
 
     journal.mark_sent(rows("c", "d"), "batch-2")  # c comes back no more: in doubt for good
     journal.record(scored("d"), "batch-2")
+    journal.mark_sent(rows("e"), "batch-3")  # killed, and e never comes back either
     for n in range(COMPACT_AFTER_BATCHES):
         journal.mark_sent(rows(f"x{n}"), f"more-{n}")
         journal.record(scored(f"x{n}"), f"more-{n}")
-    journal.compact(freshness_days=30)  # folds what is done, keeps the batch holding c
-    assert len(journal._batches()) == 2
-    assert state_of("a", "c", "d", "x7") == [
-        ("a", "done", "k-a"), ("c", "sent", "k-c"), ("d", "done", "k-d"), ("x7", "done", "k-x7")
+    journal.compact(freshness_days=30)  # folds what is done, keeps the batches holding c, e
+    assert len(journal._batches()) == 3
+    assert state_of("a", "c", "d", "e", "x7") == [
+        ("a", "done", "k-a"), ("c", "sent", "k-c"), ("d", "done", "k-d"), ("e", "sent", "k-e"),
+        ("x7", "done", "k-x7"),
     ]  # fmt: skip
     journal.close()
 
@@ -825,4 +827,17 @@ def test_a_batch_killed_before_its_charge_is_new_work_whatever_the_file_holds_ne
     assert job.score(source) == 0
     listings.write_csv(source)  # the rest of it: paid for now, once
     assert job.score(source) == 0
+    assert job.charged() == DISTINCT_VALID
+
+
+def test_a_journal_paid_from_one_ledger_is_refused_by_another(tmp_path, capsys):
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv", "--budget", "40") == 3
+    other = tmp_path / "other.db"  # the same --journal with another ledger: its batches would
+    main(["workspace", "create", "acme", "--balance", "1000", "--db", str(other)])
+    command = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(job.out), "--db", str(other),
+               "--workspace", "acme", "--journal", job.journal, "--quiet"]  # fmt: skip
+    assert main(command) == 2  # ...read as never charged there, and be paid twice back here
+    assert "this job's answers were paid by workspace 'acme in" in capsys.readouterr().err
+    assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID

@@ -183,7 +183,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     )
     _warn_unused_read_options(args)
     remote = remote_scorer_from_args(args, settings)
-    owner: str | None = None  # the workspace the remote key spends from, if the service says
+    owner: str | None = None  # who pays: the remote key's workspace, or the local ledger's
     if remote is not None:
         scorer, workspace = remote, args.workspace
         target = f"{remote.version}:{args.workspace or ''}"
@@ -200,6 +200,8 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     else:
         scorer, workspace = _embedded_scorer(args, settings)
         target = f"{scorer.version}:{scorer.ledger.path.resolve()}:{workspace}"
+        # which ledger paid: asked of another one, a charged batch would read as never charged
+        owner = f"{workspace} in {scorer.ledger.path.resolve()}"
     journal_dir = settings.resolve(settings.batch.journal_dir)
     path = args.journal or journal_path(journal_dir, args.input, target)
     # The verdict history outlives a change of benchmarks (which starts a new journal: its
@@ -218,8 +220,8 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
             # A dry run checks, and leaves the journal as it was.
             journal.claim_for(
                 owner,
-                hint="--workspace NAME (one journal per workspace), or --fresh to score the "
-                "file again for this workspace",
+                hint="--workspace NAME (one journal per workspace) or, embedded, another "
+                "--journal for another ledger; or --fresh to score the file again and pay here",
                 record=not args.dry_run,
             )
         outcome = run_batch(

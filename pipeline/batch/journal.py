@@ -147,8 +147,8 @@ class Journal:
             owner = self._set_meta("workspace", workspace)
         if owner is not None and owner != workspace:
             raise UsageError(
-                f"{self.path}: this job's answers were paid by workspace {owner!r}, and the "
-                f"API key spends from {workspace!r}; give each workspace its own journal: "
+                f"{self.path}: this job's answers were paid by workspace {owner!r}, and this "
+                f"run would pay from {workspace!r}; give each workspace its own journal: "
                 f"{hint}"
             )
 
@@ -406,7 +406,7 @@ class Journal:
         are kept as they are, keys and all, until those are answered: folded, they would be
         forgotten, and sent again under new keys, paid twice."""
         batches = self._batches()
-        if len(batches) <= 1 or any(state != "done" for _, state, *_ in batches):
+        if len(batches) <= 1:
             return
         every = self._scan_each([rows_file for _, _, rows_file, *_ in batches], ["fingerprint"])
         states = self.states(every["fingerprint"].unique())
@@ -420,11 +420,14 @@ class Journal:
         answers = []
         rows = []
         for order, (_, _, rows_file, answers_file, _) in enumerate(folded):
-            stored = pl.read_parquet(self.files / answers_file).filter(
-                pl.col("status").is_in(_FINAL) & (pl.col("scored_at") >= fresh_after)
-            )
-            answers.append(stored.with_columns(_order=pl.lit(order)))
+            if answers_file is not None:  # a batch still sent has none (its rows answered since)
+                stored = pl.read_parquet(self.files / answers_file).filter(
+                    pl.col("status").is_in(_FINAL) & (pl.col("scored_at") >= fresh_after)
+                )
+                answers.append(stored.with_columns(_order=pl.lit(order)))
             rows.append(pl.read_parquet(self.files / rows_file).with_columns(_order=pl.lit(order)))
+        if not answers:
+            return
         kept = (
             pl.concat(answers, how="diagonal_relaxed")
             .sort("_order")
