@@ -45,7 +45,7 @@ def test_two_nights_dated_outputs_manifest_and_no_second_payment(tmp_path, monke
 
     assert main(["nightly", "--db", db]) == 0
     again = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
-    assert again["decisions_spent"] == 0
+    assert again["decisions_spent"] == 0 and again["notes"]["Budget"] == 1000
     earlier = list(night.glob("manifest-*.json"))  # the first run's record is kept
     assert len(earlier) == 1
     assert json.loads(earlier[0].read_text(encoding="utf-8"))["decisions_spent"] == 360

@@ -249,6 +249,22 @@ def test_requests_in_doubt_left_out_of_a_resumed_file_are_replayed_when_they_ret
     assert last.exit_code == 0 and 10_000 - service.balance() == charged  # none paid twice
 
 
+def test_a_remote_run_short_of_balance_says_to_top_up_at_the_service(
+    tmp_path, engine, small, monkeypatch, capsys
+):
+    from pipeline.cli import main
+
+    with running_service(tmp_path, engine, balance=20) as service:
+        monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+        out = tmp_path / "out.parquet"
+        argv = ["score", str(small), "-o", str(out), "--api-url", service.url, "--journal",
+                str(tmp_path / "run.journal")]  # fmt: skip
+        assert main(argv) == 3
+    said = capsys.readouterr().out
+    assert "Top up the workspace at the service (not a local ledger)" in said
+    assert "decisions workspace topup" not in said
+
+
 def test_402_mid_run_then_topup_then_same_run_pays_each_row_once(tmp_path, service, small):
     drained = threading.Event()
 

@@ -246,7 +246,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(manifest, ensure_ascii=False, indent=2))
         if outcome.exit_code == 3:  # stdout is for the JSON: the way on goes to stderr
-            print(RUN_AGAIN + "\n  " + " ".join(sys.argv), file=sys.stderr)
+            print(run_again(outcome) + "\n  " + " ".join(sys.argv), file=sys.stderr)
     elif not args.quiet:
         print_summary(outcome, sys.argv)
     return outcome.exit_code
@@ -334,6 +334,15 @@ RUN_AGAIN = (
     "Some rows were not scored or explained: the budget or the balance ran out. Top up "
     "(decisions workspace topup NAME N) or raise --budget, then run the same command again:"
 )
+# Through a service the balance is the service's: a local top-up would not reach it.
+RUN_AGAIN_REMOTE = RUN_AGAIN.replace(
+    "(decisions workspace topup NAME N)", "the workspace at the service (not a local ledger)"
+)
+
+
+def run_again(outcome: BatchOutcome) -> str:
+    remote = dict(outcome.summary.notes).get("Scorer") == "remote"
+    return RUN_AGAIN_REMOTE if remote else RUN_AGAIN
 
 
 def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
@@ -345,4 +354,4 @@ def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
     for output in outcome.outputs:
         print(f"  wrote {output}")
     if s.exit_code == 3:
-        print(RUN_AGAIN + "\n  " + " ".join(argv))
+        print(run_again(outcome) + "\n  " + " ".join(argv))

@@ -490,6 +490,7 @@ def _answer_again(
         options, results, fingerprint=fingerprint, spent=0, balance=(balance, balance),
         workspace=workspace, started=datetime.now(UTC), clock=clock,
         notes=[
+            ("Budget", "none" if options.budget is None else options.budget),
             ("Unchanged since the last run", "every answer reused (0 decisions)"),
             ("Scorer", scorer.name),
         ],
