@@ -427,6 +427,15 @@ def test_a_city_merged_over_its_rows_is_every_rows_city(tmp_path, db, capsys):
     assert scored["benchmark_median_sqm"].n_unique() == 1  # the district's, on both rows
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert notes["Merged cells filled down"] == "2 (A2:A3, B2:B3)"
+    journal = str(tmp_path / "j.journal")
+    again_argv = ["score", str(tmp_path / "blocks.xlsx"), "-o", str(out), "--db", db,
+                  "--workspace", "acme", "--journal", journal, "--json"]  # fmt: skip
+    assert main(again_argv) == 0
+    capsys.readouterr()
+    assert main(again_argv) == 0
+    again = json.loads(capsys.readouterr().out)["notes"]  # answered from the last run
+    assert "Unchanged since the last run" in again
+    assert again["Merged cells filled down"] == "2 (A2:A3, B2:B3)" and again["Sheet"] == "'Sheet'"
 
 
 def test_an_output_that_is_the_input_is_refused_before_any_charge(tmp_path, db, capsys):

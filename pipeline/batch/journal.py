@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -490,9 +491,17 @@ class Journal:
             self._copy(written, _LAST_RESULTS)
         self._write(rejects, _LAST_REJECTS)
 
-    def keep_last_run(self, key: str, oldest_answer: float) -> None:
-        """The run written by `write_last_run` finished: answer it again for `key`."""
+    def keep_last_run(
+        self, key: str, oldest_answer: float, notes: list[tuple[str, object]] | None = None
+    ) -> None:
+        """The run written by `write_last_run` finished: answer it again for `key`. `notes`:
+        what its summary said of how the file was read, to say again."""
+        self._set_meta("last_run_notes", json.dumps(notes or [], ensure_ascii=False))
         self._set_meta("last_run", f"{key} {oldest_answer!r}")
+
+    def last_run_notes(self) -> list[tuple[str, object]]:
+        """The `notes` kept with the last run (none for a run kept by an older version)."""
+        return [(label, value) for label, value in json.loads(self._meta("last_run_notes") or "[]")]
 
     def last_run(self, key: str, fresh_after: float) -> tuple[pl.DataFrame, pl.DataFrame] | None:
         """The last finished run's results and rejects, if it had the same key (same input

@@ -492,6 +492,7 @@ def _answer_again(
         notes=[
             ("Budget", "none" if options.budget is None else options.budget),
             ("Unchanged since the last run", "every answer reused (0 decisions)"),
+            *journal.last_run_notes(),  # how the file was read, as that run said
             ("Scorer", scorer.name),
         ],
     )  # fmt: skip
@@ -725,6 +726,9 @@ def run_batch(
         raise
     if keeping is not None:
         keeping.finish_run(freshness_days)
-        keeping.keep_last_run(key, min(executor.oldest_reused, started.timestamp()))
+        duplicates = ("Duplicate rows (scored once)", int(keyed.height - unique.height))
+        keeping.keep_last_run(
+            key, min(executor.oldest_reused, started.timestamp()), [duplicates, *prepared.notes]
+        )
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
