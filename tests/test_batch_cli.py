@@ -74,8 +74,11 @@ def test_scores_the_sample_portfolio_into_three_formats(tmp_path, db):
     assert all(c.data_type != "f" for row in results.iter_rows() for c in row)
     assert workbook["Rejects"].max_row == REJECTED + 1
     reasons = [row[-1] for row in workbook["Rejects"].iter_rows(min_row=2)]
-    assert any("'المساحة'" in str(c.value) for c in reasons)  # English, quoting Arabic headers
-    assert all(c.alignment.readingOrder != 2 for c in reasons)  # ...so left to right
+    # English, quoting Arabic headers, so left to right; the quoted header isolated, so that
+    # the value after it keeps its order on screen ('-50', not '50-')
+    assert any("'\u2068المساحة\u2069': '-50'" in str(c.value) for c in reasons)
+    assert all(c.alignment.readingOrder != 2 for c in reasons)
+    assert "'\u2068" not in csv["error_message"].str.join("")  # the CSV keeps the plain text
 
 
 def test_duplicates_are_scored_once_and_copies_cost_nothing(tmp_path, db):

@@ -42,7 +42,13 @@ def add_score_command(commands: Any) -> None:
         help="output .xlsx, .csv or .parquet; repeat for several (default: INPUT-scored.xlsx)",
     )
     score.add_argument("--config", type=Path, help="TOML file with column aliases / mapping")
-    score.add_argument("--reasoning", choices=("none", "all", "borderline"), default="none")
+    score.add_argument(
+        "--reasoning",
+        choices=("none", "all", "borderline"),
+        default="none",
+        help="the bilingual explanation: none (1 decision a row), all (3), or borderline "
+        "(3 more for each partial verdict)",
+    )
     score.add_argument("--budget", type=int, help="most decisions this run may spend")
     score.add_argument("--encoding", help="CSV encoding when detection cannot tell (cp1256...)")
     score.add_argument(

@@ -146,8 +146,9 @@ def prepare(options: BatchOptions) -> Prepared:
             (
                 "Merged and error cells not read",
                 f"{read.not_restored}: their place in the sheet could not be checked (no number "
-                "cell to check it by); their rows were read as they stand. Unmerge and fill "
-                "them to have them read",
+                "cell to check it by); their rows were read as they stand (merged cells empty "
+                "below their first row, error cells empty). Unmerge and fill them, or fix the "
+                "errors, to have them read",
             )
         )
     if read.merged_down:
@@ -399,7 +400,7 @@ class Plan:
             ("Rejected (never sent, never charged)", self.rejected),
             ("Duplicates (scored once)", self.duplicates),
             ("Already scored (from the journal)", self.already_scored),
-            ("In doubt (resent under the same keys, not charged again)", self.in_doubt),
+            ("In doubt (resent under the same keys: free if charged before)", self.in_doubt),
             ("To be sent", self.to_send),
             ("Decisions for scoring", self.scoring_decisions),
             ("Decisions for reasoning", self.reasoning_decisions),

@@ -24,6 +24,7 @@ def write_rejects_sheet(sheet: Worksheet, formats: Formats, rejects: pl.DataFram
     if left_out:
         frame = frame.head(EXCEL_MAX_DATA_ROWS - 1)
     write_results_sheet(sheet, formats, prepare_for_excel(frame))
+    sheet.fit_to_pages(1, 0)  # five columns: printed, a row and its reason on one page
     if left_out:
         sheet.write_string(
             frame.height + 1,

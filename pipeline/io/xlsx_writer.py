@@ -65,7 +65,8 @@ def write_xlsx(
 ) -> None:
     """Write the workbook to `path` atomically; see the module docstring for the sheets."""
     check_xlsx_capacity(path, results.height, results.width)
-    frame = prepare_for_excel(results)
+    frame = prepare_for_excel(_isolated(results, "error_message"))
+    rejects = _isolated(rejects, "reason")
     options = {
         **WORKBOOK_OPTIONS,
         "use_zip64": frame.height * frame.width > _ZIP64_CELLS,
@@ -83,6 +84,18 @@ def write_xlsx(
             raise OutputError(f"{path}: cannot write the workbook ({exc})") from exc
         finally:
             _release(workbook)
+
+
+# A quoted name with Arabic in an English message ("row 18, column 'المساحة': '-50': ...")
+# is isolated (U+2068 ... U+2069), as the Unicode bidi rules provide: otherwise the digits after
+# it join its right-to-left run, and Excel and LibreOffice show '-50' as '50-'.
+_QUOTED_ARABIC = r"'([^']*[\u0600-\u06ff][^']*)'"
+
+
+def _isolated(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    if column not in frame.columns or frame.schema[column] != pl.String:
+        return frame
+    return frame.with_columns(pl.col(column).str.replace_all(_QUOTED_ARABIC, "'\u2068${1}\u2069'"))
 
 
 def _release(workbook: xlsxwriter.Workbook) -> None:
