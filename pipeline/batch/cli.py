@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import BatchOptions, BatchOutcome, Plan, run_batch
-from pipeline.batch.scorers.remote_options import ENV_URL, add_remote_options
+from pipeline.batch.scorers.remote_options import add_remote_options, service_url
 from pipeline.errors import PipelineError
 from pipeline.settings import Settings
 
@@ -95,8 +94,7 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     today = date.today()
     # The workspace that pays: configured, else the local one; through a service, the key's
     # (not known before the run asks the service, and what its manifest names).
-    remote = bool(os.environ.get(ENV_URL, "").strip())
-    workspace = None if remote else config.workspace or settings.ledger.workspace
+    workspace = None if service_url(None) else config.workspace or settings.ledger.workspace
     make_room(config, settings.root, today, workspace)
     argv = ["score", *score_arguments(config, settings.root, today)]
     if args.db:
@@ -160,7 +158,7 @@ def _record_failure(
     elif records_a_run(args.manifest):
         return
     else:
-        remote = args.api_url or os.environ.get(ENV_URL, "").strip()
+        remote = service_url(args.api_url)
         workspace = args.workspace or (None if remote else settings.ledger.workspace)
         manifest = failure_manifest(error, started, args.input, workspace)
     try:

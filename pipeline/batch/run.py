@@ -40,7 +40,7 @@ from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
 from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import MissingColumnError, PipelineError, UnknownHeaderError, UsageError
-from pipeline.io.read import check_input, read_table_with_info
+from pipeline.io.read import ReadResult, check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
 from pipeline.ledger.base import COST_WITH_REASONING, cost_of
 
@@ -108,39 +108,51 @@ def prepare(options: BatchOptions) -> Prepared:
         first = ", the first with data; --sheet NAME reads another" if options.sheet is None else ""
         source += f" (sheet {read.sheet!r}{first})"
     config = load_column_config(options.config)
-    notes: list[tuple[str, object]] = []
-    renamed = read.renamed_headers or {}
-    try:
-        mapping = map_columns(raw.columns, config, source=source, as_written=renamed)
-    except (MissingColumnError, UnknownHeaderError):
-        below = None
-        if not _maps_a_required_field(raw.columns, config, source, renamed):
-            written = [h for h in raw.columns if h not in renamed or renamed[h].strip()]
-            below = header_below_title(raw, config, source=source, first_row_cells=len(written))
-        if below is None:
-            raise
-        raw, mapping = below.frame, below.mapping
-        headers = ", ".join(repr(h) for h in raw.columns[:3])
-        notes.append(
-            (
-                "Header row",
-                f"the row headed {headers}...: the {below.title_rows} row(s) above it"
-                + (f" ({written[0]!r}...)" if written else "")
-                + " are a title, not listings",
-            )
-        )
+    raw, mapping, header_note = _mapped(raw, config, source, read.renamed_headers or {})
     row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
     requests = normalize(raw, mapping).with_columns(
         reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
     )
     problems = reject_reasons(raw, requests, mapping, row_numbers)
+    return Prepared(raw, mapping, requests, problems, _reading_notes(read, header_note))
+
+
+def _mapped(
+    raw: pl.DataFrame, config: ColumnConfig, source: str, renamed: dict[str, str]
+) -> tuple[pl.DataFrame, ColumnMap, str | None]:
+    """The table and its column map: under its first row, or under a header found below a
+    title (header_row.py; then also the note that says so)."""
+    try:
+        return raw, map_columns(raw.columns, config, source=source, as_written=renamed), None
+    except (MissingColumnError, UnknownHeaderError):
+        if _maps_a_required_field(raw.columns, config, source, renamed):
+            raise
+        written = [h for h in raw.columns if h not in renamed or renamed[h].strip()]
+        below = header_below_title(raw, config, source=source, first_row_cells=len(written))
+        if below is None:
+            raise
+    headers = ", ".join(repr(h) for h in below.frame.columns[:3])
+    note = (
+        f"the row headed {headers}...: the {below.title_rows} row(s) above it"
+        + (f" ({written[0]!r}...)" if written else "")
+        + " are a title, not listings"
+    )
+    return below.frame, below.mapping, note
+
+
+def _reading_notes(read: ReadResult, header_note: str | None) -> list[tuple[str, object]]:
+    """How the file was read, for the summary and the dry run: the sheet (and the sheets
+    passed over), a header under a title, merged and error cells."""
+    notes: list[tuple[str, object]] = []
     if read.sheet is not None:
         sheet = repr(read.sheet)
         if read.passed_over:
             sheet += (
                 f" (the first visible sheet with data; passed over: {', '.join(read.passed_over)})"
             )
-        notes.insert(0, ("Sheet", sheet))
+        notes.append(("Sheet", sheet))
+    if header_note is not None:
+        notes.append(("Header row", header_note))
     if read.not_restored:
         notes.append(
             (
@@ -154,7 +166,7 @@ def prepare(options: BatchOptions) -> Prepared:
     if read.merged_down:
         shown = ", ".join(read.merged_down[:5]) + (", ..." if len(read.merged_down) > 5 else "")
         notes.append(("Merged cells filled down", f"{len(read.merged_down)} ({shown})"))
-    return Prepared(raw, mapping, requests, problems, notes)
+    return notes
 
 
 def _maps_a_required_field(
@@ -647,6 +659,7 @@ def run_batch(
         return make_plan(unique, prepared, keyed, scorer, journal, options, freshness_days)
 
     notes = list(prepared.notes)
+    duplicates = ("Duplicate rows (scored once)", int(keyed.height - unique.height))
     resuming = False
     if journal is not None:
         unfinished = journal.open_run()
@@ -679,7 +692,7 @@ def run_batch(
         clock=clock,
         notes=[
             ("Budget", "none" if options.budget is None else options.budget),
-            ("Duplicate rows (scored once)", int(keyed.height - unique.height)),
+            duplicates,
             ("Reused from the journal (0 decisions)", executor.reused),
             *([("Replayed from an earlier run's charges (not paid again)", executor.replayed)]
               if executor.replayed else []),
@@ -727,7 +740,6 @@ def run_batch(
         raise
     if keeping is not None:
         keeping.finish_run(freshness_days)
-        duplicates = ("Duplicate rows (scored once)", int(keyed.height - unique.height))
         keeping.keep_last_run(
             key, min(executor.oldest_reused, started.timestamp()), [duplicates, *prepared.notes]
         )

@@ -76,7 +76,7 @@ def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored
         return Restored(frame, [])
     origin = _origin(xml, frame)
     if origin is None:
-        merges = sum(m.last_row > m.first_row for m in _merges(xml))
+        merges = len(_merges(xml))
         errors = sum(1 for _ in _ERROR_CELL.finditer(xml))
         counts = [(merges, "merged range(s)"), (errors, "error cell(s)")]
         found = " and ".join(f"{n} {what}" for n, what in counts if n)
@@ -102,7 +102,7 @@ def _with_errors(xml: bytes, origin: tuple[int, int], frame: pl.DataFrame) -> pl
 def _filled_down(
     xml: bytes, origin: tuple[int, int], frame: pl.DataFrame
 ) -> tuple[pl.DataFrame, list[str]]:
-    merges = [m for m in _merges(xml) if m.last_row > m.first_row]
+    merges = _merges(xml)
     top, left = origin
     columns: dict[int, list[str | None]] = {}
     done = []
@@ -149,11 +149,13 @@ def _sheet_xml(path: Path, sheet_index: int) -> bytes | None:
 
 
 def _merges(xml: bytes) -> list[MergedDown]:
+    """The sheet's merges that span rows (one row's merge is a heading, not a value per row)."""
     found = []
     for match in _MERGE.finditer(xml):
         left, top, right, bottom = match.groups()
         ref = f"{left.decode()}{top.decode()}:{right.decode()}{bottom.decode()}"
-        found.append(MergedDown(ref, _column(left), int(top) - 1, int(bottom) - 1))
+        if int(bottom) > int(top):
+            found.append(MergedDown(ref, _column(left), int(top) - 1, int(bottom) - 1))
     return found
 
 

@@ -79,12 +79,19 @@ def read_key(args: argparse.Namespace, env: Mapping[str, str]) -> ApiKey:
     raise UsageError(f"--api-url needs an API key: {KEY_WAYS}")
 
 
+def service_url(api_url: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The decision service to score through: --api-url, else DECISIONS_API_URL; "" for
+    the embedded engine."""
+    env = os.environ if env is None else env
+    return api_url or env.get(ENV_URL, "").strip()
+
+
 def remote_scorer_from_args(
     args: argparse.Namespace, settings: Settings, env: Mapping[str, str] | None = None
 ) -> HttpScorer | None:
     """The remote scorer the options ask for; None without a URL (embedded mode)."""
     env = os.environ if env is None else env
-    url = args.api_url or env.get(ENV_URL, "").strip()
+    url = service_url(args.api_url, env)
     if not url:
         if args.api_key_file is not None:
             raise UsageError(f"--api-key-file needs --api-url (or {ENV_URL})")
