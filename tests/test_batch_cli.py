@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import date
 from pathlib import Path
 
 import openpyxl
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from pipeline.cli import main
 from pipeline.io.read import read_table
@@ -492,3 +494,34 @@ def test_a_missing_column_names_the_sheet_read_and_options_that_do_not_apply_war
     err = capsys.readouterr().err
     assert "--encoding applies to CSV files" in err
     assert "(sheet 'Cover', the first with data; --sheet NAME reads another): no column for" in err
+
+
+def test_a_parquet_input_keeps_its_column_types_in_a_parquet_output(tmp_path, db):
+    source = tmp_path / "typed.parquet"
+    pl.DataFrame(
+        {
+            "listing_id": pl.Series([101, 102, 103], dtype=pl.Int64),
+            "city": ["Riyadh", "Jeddah", "Riyadh"],
+            "type": ["villa", "apartment", "land"],
+            "price": [3_000_000.0, 0.0, 1_250_000.5],
+            "area": pl.Series([400, 90, 500], dtype=pl.Int32),
+            "listed_on": [date(2026, 10, 1), None, date(2026, 11, 2)],
+            "parking": [True, False, None],
+            "status": pl.Series([1, 2, 3], dtype=pl.Int8),  # a result column's name
+        }
+    ).write_parquet(source)
+    out, csv = tmp_path / "scored.parquet", tmp_path / "scored.csv"
+    journal = str(tmp_path / "typed.journal")
+    args = ["score", str(source), "-o", str(out), "-o", str(csv), "--db", db]
+    args += ["--workspace", "acme", "--quiet", "--journal", journal]
+
+    for run in ("first", "unchanged rerun"):
+        assert main(args) == 0, run
+        back = pl.read_parquet(out)
+        originals = back.select(back.columns[:8]).rename({"status (input)": "status"})
+        assert_frame_equal(originals, pl.read_parquet(source))  # values and types
+        assert back["status"].to_list() == ["scored", "rejected", "scored"], run
+        text = pl.read_csv(csv, infer_schema=False)  # the CSV keeps the text the run read
+        assert text["price"].to_list() == ["3000000.0", "0.0", "1250000.5"], run
+        assert text["parking"].to_list() == ["true", "false", None], run
+    assert balance(db) == 5000 - 2

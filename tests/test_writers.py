@@ -16,6 +16,7 @@ from polars.testing import assert_frame_equal
 from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_SCHEMA
 from pipeline.batch.summary import RunSummary
 from pipeline.errors import OutputError, TooManyRowsError, UsageError
+from pipeline.io.parquet_types import with_input_types
 from pipeline.io.write import check_output_capacity, write_output, write_rejects_csv
 
 # The input's own columns, all text, exactly as a user typed them.
@@ -220,3 +221,23 @@ def test_xlsx_with_too_many_rows_is_refused_before_writing(tmp_path: Path) -> No
     with pytest.raises(TooManyRowsError, match=r"\.parquet"):
         write(tmp_path / "big.xlsx", too_many)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_input_types_come_back_only_to_columns_holding_exactly_their_text() -> None:
+    typed = pl.DataFrame(
+        {
+            "id": [1, 2, None],  # the trailing empty row is not among the results
+            "": pl.Series([None, None, None], dtype=pl.Int64),  # blank and empty: dropped
+            "price": [1.5, 2.0, None],
+            "area": [90, 120, None],
+        }
+    )
+    results = pl.DataFrame(
+        {"id": ["1", "2"], "price": ["1.5", "2.0"], "area": ["90", "121"], "status": ["a", "b"]}
+    )
+    back = with_input_types(results, typed)
+    assert back.schema == {"id": pl.Int64, "price": pl.Float64, "area": pl.String,
+                           "status": pl.String}  # fmt: skip
+    assert back["id"].to_list() == [1, 2] and back["area"].to_list() == ["90", "121"]
+    assert with_input_types(results, None) is results
+    assert with_input_types(results, typed.head(1)) is results  # fewer rows than the results

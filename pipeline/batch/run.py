@@ -40,6 +40,7 @@ from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
 from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import MissingColumnError, PipelineError, UnknownHeaderError, UsageError
+from pipeline.io.parquet_types import typed_input
 from pipeline.io.read import ReadResult, check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
 from pipeline.ledger.base import COST_WITH_REASONING, cost_of
@@ -509,11 +510,22 @@ def _answer_again(
             ("Scorer", scorer.name),
         ],
     )  # fmt: skip
+    typed = _typed_input(options)
     for output in options.outputs:
-        write_output(output, results, rejects=rejects, summary=summary, csv_bom=options.csv_bom)
+        write_output(
+            output, results, rejects=rejects, summary=summary, csv_bom=options.csv_bom,
+            typed_input=typed,
+        )  # fmt: skip
     # The listings' verdicts kept by the run answered again are this run's too: unchanged.
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), None)
+
+
+def _typed_input(options: BatchOptions) -> pl.DataFrame | None:
+    """A Parquet input's typed columns, for a Parquet output (see pipeline.io.parquet_types)."""
+    if not any(output_format(o) == "parquet" for o in options.outputs):
+        return None
+    return typed_input(options.input)
 
 
 def _unexplained(results: pl.DataFrame) -> bool:
@@ -706,8 +718,11 @@ def run_batch(
     keeping = journal if journal is not None and exit_code == EXIT_OK else None
     if keeping is not None:
         keeping.forget_last_run()  # its files are about to be rewritten
-    # A Parquet output holds exactly `results`: the journal's copy is then a copy of its bytes.
+    typed = _typed_input(options)
+    # A Parquet output holding exactly `results` (no input column typed again): the journal's
+    # copy is then a copy of its bytes.
     parquet = next((o for o in options.outputs if output_format(o) == "parquet"), None)
+    parquet_copy = parquet if typed is None else None
     written: list[Path] = []
     try:
         with ThreadPoolExecutor(max_workers=1) as beside:
@@ -718,16 +733,16 @@ def run_batch(
             if journal is not None:
                 verdicts = results.select("verdict").with_columns(listing=listings)
                 saved.append(beside.submit(journal.save_verdicts, verdicts, previous))
-            if keeping is not None and parquet is None:
+            if keeping is not None and parquet_copy is None:
                 saved.append(beside.submit(keeping.write_last_run, results, rejects))
             for output in options.outputs:
                 progress(f"writing {output.name}", 0, results.height, budget.spent)
                 write_output(
                     output, results, rejects=rejects, summary=summary, changes=changes,
-                    csv_bom=options.csv_bom,
+                    csv_bom=options.csv_bom, typed_input=typed,
                 )  # fmt: skip
                 written.append(output)
-                if keeping is not None and output == parquet:
+                if keeping is not None and output == parquet_copy:
                     copy = beside.submit(keeping.write_last_run, results, rejects, written=output)
                     saved.append(copy)
             for done in saved:

@@ -17,6 +17,7 @@ import polars as pl
 from pipeline.batch.summary import RunSummary
 from pipeline.errors import UsageError
 from pipeline.io.csv_writer import write_csv, write_rejects_csv
+from pipeline.io.parquet_types import with_input_types
 from pipeline.io.parquet_writer import write_parquet
 
 __all__ = [
@@ -62,8 +63,12 @@ def write_output(
     summary: RunSummary,
     changes: pl.DataFrame | None = None,
     csv_bom: bool = True,
+    typed_input: pl.DataFrame | None = None,
 ) -> None:
     """Write `results` (input columns as text, then RESULT_SCHEMA) to `path`.
+
+    A Parquet output's input columns take their types back from `typed_input`, the Parquet
+    input as read by `pipeline.io.parquet_types.typed_input`.
 
     Only the workbook carries `rejects`, `summary` and `changes`; for CSV and Parquet the
     caller writes the rejects beside the output (`write_rejects_csv`). Raises OutputError
@@ -78,4 +83,4 @@ def write_output(
     elif kind == "csv":
         write_csv(path, results, bom=csv_bom)
     else:
-        write_parquet(path, results)
+        write_parquet(path, with_input_types(results, typed_input))
