@@ -223,21 +223,43 @@ def test_xlsx_with_too_many_rows_is_refused_before_writing(tmp_path: Path) -> No
     assert list(tmp_path.iterdir()) == []
 
 
+def _with_result_columns(originals: pl.DataFrame) -> pl.DataFrame:
+    empty = {c: pl.Series(c, [None] * originals.height, dtype=t) for c, t in RESULT_SCHEMA.items()}
+    return originals.with_columns(empty.values())
+
+
 def test_input_types_come_back_only_to_columns_holding_exactly_their_text() -> None:
     typed = pl.DataFrame(
         {
             "id": [1, 2, None],  # the trailing empty row is not among the results
-            "": pl.Series([None, None, None], dtype=pl.Int64),  # blank and empty: dropped
             "price": [1.5, 2.0, None],
             "area": [90, 120, None],
+            "status": pl.Series([7, 8, None], dtype=pl.Int8),  # renamed by the run
         }
     )
-    results = pl.DataFrame(
-        {"id": ["1", "2"], "price": ["1.5", "2.0"], "area": ["90", "121"], "status": ["a", "b"]}
-    )
+    results = _with_result_columns(
+        pl.DataFrame(
+            {"id": ["1", "2"], "price": ["1.5", "2.0"], "area": ["90", "121"],
+             "status (input)": ["7", "8"]}
+        )
+    )  # fmt: skip
     back = with_input_types(results, typed)
     assert back.schema == {"id": pl.Int64, "price": pl.Float64, "area": pl.String,
-                           "status": pl.String}  # fmt: skip
+                           "status (input)": pl.Int8, **RESULT_SCHEMA}  # fmt: skip
     assert back["id"].to_list() == [1, 2] and back["area"].to_list() == ["90", "121"]
     assert with_input_types(results, None) is results
     assert with_input_types(results, typed.head(1)) is results  # fewer rows than the results
+
+
+@pytest.mark.parametrize("dropped", ["", " ", "\ufeff"])
+def test_input_types_follow_names_past_a_column_the_reader_dropped(dropped: str) -> None:
+    # The reader drops a blank-headed column that is empty, so positions shift by one: two
+    # neighbours with the same text must not swap types, nor a result column take one.
+    blanks = {dropped * (n + 1): ["", "", ""] for n in range(len(RESULT_SCHEMA) + 5)}
+    typed = pl.DataFrame(
+        {**blanks, "id": [1, 2, 3], "id32": pl.Series([1, 2, 3], dtype=pl.Int32),
+         "note": ["1", "2", "3"]}
+    )  # fmt: skip
+    read = pl.DataFrame({"id": ["1", "2", "3"], "id32": ["1", "2", "3"], "note": ["1", "2", "3"]})
+    back = with_input_types(_with_result_columns(read), typed)
+    assert back.schema == {"id": pl.Int64, "id32": pl.Int32, "note": pl.String, **RESULT_SCHEMA}

@@ -33,6 +33,7 @@ RESULT_SCHEMA: dict[str, pl.DataType] = {
 }
 
 RESULT_COLUMNS: tuple[str, ...] = tuple(RESULT_SCHEMA)
+INPUT_SUFFIX = " (input)"  # appended to an input header that clashes with a result column
 
 # Columns holding SAR amounts (thousands separators in the workbook).
 SAR_COLUMNS = (
@@ -50,3 +51,20 @@ REJECTS_SCHEMA: dict[str, pl.DataType] = {
     "value": pl.String(),  # the original cell text
     "reason": pl.String(),
 }
+
+
+def clash_free_names(columns: list[str]) -> dict[str, str]:
+    """New names for the input columns named like a result column: `status (input)`, or
+    `status (input 2)` when the file has that too (a scored file scored again, twice)."""
+    taken = set(columns) | set(RESULT_COLUMNS)
+    renames: dict[str, str] = {}
+    for column in columns:
+        if column not in RESULT_COLUMNS:
+            continue
+        name, number = column + INPUT_SUFFIX, 1
+        while name in taken:
+            number += 1
+            name = f"{column}{INPUT_SUFFIX[:-1]} {number})"
+        taken.add(name)
+        renames[column] = name
+    return renames

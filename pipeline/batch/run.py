@@ -34,7 +34,11 @@ from pipeline.batch.header_row import header_below_title
 from pipeline.batch.journal import Journal
 from pipeline.batch.normalize import normalize, normalize_column
 from pipeline.batch.positions import scattered
-from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_COLUMNS, RESULT_SCHEMA
+from pipeline.batch.result_columns import (
+    REJECTS_SCHEMA,
+    RESULT_SCHEMA,
+    clash_free_names,
+)
 from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
@@ -46,7 +50,6 @@ from pipeline.io.write import check_output_capacity, output_format, write_output
 from pipeline.ledger.base import COST_WITH_REASONING, cost_of
 
 ReasoningMode = Literal["none", "all", "borderline"]
-INPUT_SUFFIX = " (input)"  # appended to an input header that clashes with a result column
 
 EXIT_OK, EXIT_FAILED, EXIT_UNSCORED = 0, 1, 3
 # error_code of a borderline row scored but left without its explanation
@@ -322,23 +325,6 @@ def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> p
     ).select(pl.col(c).cast(t) for c, t in RESULT_SCHEMA.items())
     original = prepared.raw.rename(clash_free_names(prepared.raw.columns))
     return pl.concat([original, result], how="horizontal")
-
-
-def clash_free_names(columns: list[str]) -> dict[str, str]:
-    """New names for the input columns named like a result column: `status (input)`, or
-    `status (input 2)` when the file has that too (a scored file scored again, twice)."""
-    taken = set(columns) | set(RESULT_COLUMNS)
-    renames: dict[str, str] = {}
-    for column in columns:
-        if column not in RESULT_COLUMNS:
-            continue
-        name, number = column + INPUT_SUFFIX, 1
-        while name in taken:
-            number += 1
-            name = f"{column}{INPUT_SUFFIX[:-1]} {number})"
-        taken.add(name)
-        renames[column] = name
-    return renames
 
 
 def rejects_table(prepared: Prepared) -> pl.DataFrame:

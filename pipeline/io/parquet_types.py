@@ -1,9 +1,12 @@
 """A Parquet input's column types, given back to the original columns of a Parquet output.
 
 Every reader hands the pipeline text cells (see `pipeline.io.read`), so without this a Parquet
-input's Int64 price or Date column would come out of a Parquet output as text. An original
-column takes its input column's values back only when its text is exactly that column read as
-text (what the run read, row for row): nothing is put back that the run did not see.
+input's Int64 price or Date column would come out of a Parquet output as text. An input column
+takes its type back in the output column of its name, as the run names it (a BOM removed,
+" (input)" after a result column's name), when that column's text is exactly the input column
+read as text, row for row: nothing is put back that the run did not read. Columns are matched
+by name, never by position; one with a blank name (which the reader names by position, or
+drops when empty) or a name shared once the BOM is removed stays text.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from pipeline.batch.result_columns import RESULT_COLUMNS, clash_free_names
 from pipeline.io.read import PARQUET_EXTENSIONS
 
 
@@ -29,22 +33,26 @@ def typed_input(source: Path) -> pl.DataFrame | None:
 
 
 def with_input_types(results: pl.DataFrame, typed: pl.DataFrame | None) -> pl.DataFrame:
-    """`results` with each original column that is `typed`'s column as text (same position
-    among the columns the reader kept, same rows) replaced by `typed`'s column."""
+    """`results` (the input's columns, then RESULT_COLUMNS) with each input column that holds
+    exactly the text of `typed`'s column of the same name replaced by that typed column."""
     if typed is None or typed.height < results.height:
         return results
-    typed = typed.head(results.height)  # trailing empty rows are not in the results
+    typed = typed.head(results.height)  # trailing empty rows are not among the results
+    originals = set(results.columns[: results.width - len(RESULT_COLUMNS)])
+    finals = [name.replace("\ufeff", "") for name in typed.columns]
+    named = {
+        final: name
+        for final, name in zip(finals, typed.columns, strict=True)
+        if final.strip() and finals.count(final) == 1
+    }
+    renames = clash_free_names(list(named))
     replaced: dict[str, pl.Series] = {}
-    position = 0
-    for name, dtype in typed.schema.items():
+    for final, name in named.items():
         column = typed.get_column(name)
-        if not name.strip() and column.null_count() == column.len():
-            continue  # a blank-headed empty column: the reader dropped it
-        if position >= results.width:
-            break
-        target = results.columns[position]
-        position += 1
-        if dtype == pl.String or results.schema[target] != pl.String:
+        target = renames.get(final, final)
+        if column.dtype == pl.String or target not in originals:
+            continue
+        if results.schema[target] != pl.String:
             continue
         if column.cast(pl.String).equals(results.get_column(target), check_names=False):
             replaced[target] = column.alias(target)
