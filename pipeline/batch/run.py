@@ -669,12 +669,16 @@ def run_batch(
     budget = Budget(options.budget)
     executor = Executor(scorer, journal, budget)
     context = RunContext(options, prepared.raw, freshness_days, resuming)
-    scored = score_requests(unique, executor, context, progress)
+    with ThreadPoolExecutor(max_workers=1) as aside:
+        # Which listing each row is (a hash of every row, polars without the GIL) is worked
+        # out on the other core while the rows are scored.
+        keys = aside.submit(listing_keys, prepared.requests) if journal is not None else None
+        scored = score_requests(unique, executor, context, progress)
+        listings = keys.result() if keys is not None else None
     results = assemble(prepared, keyed, scored.drop("fingerprint"))
     rejects = rejects_table(prepared)
     changes = None
     if journal is not None:
-        listings = listing_keys(prepared.requests)
         previous = journal.previous_verdicts()
         changes = changed_verdicts(results, listings, previous)
 
