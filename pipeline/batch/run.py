@@ -34,11 +34,7 @@ from pipeline.batch.header_row import header_below_title
 from pipeline.batch.journal import Journal
 from pipeline.batch.normalize import normalize, normalize_column
 from pipeline.batch.positions import scattered
-from pipeline.batch.result_columns import (
-    REJECTS_SCHEMA,
-    RESULT_SCHEMA,
-    clash_free_names,
-)
+from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_SCHEMA, clash_free_names
 from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.validate import reject_reasons
@@ -509,6 +505,8 @@ def _answer_again(
 
 def _typed_input(options: BatchOptions) -> pl.DataFrame | None:
     """A Parquet input's typed columns, for a Parquet output (see pipeline.io.parquet_types)."""
+    if check_input(options.input) != "parquet":
+        return None
     if not any(output_format(o) == "parquet" for o in options.outputs):
         return None
     return typed_input(options.input)
@@ -712,7 +710,8 @@ def run_batch(
     # A Parquet output holding exactly `results` (no input column typed again): the journal's
     # copy is then a copy of its bytes.
     parquet = next((o for o in options.outputs if output_format(o) == "parquet"), None)
-    parquet_copy = parquet if typed is None else None
+    if typed is not None:
+        parquet = None
     written: list[Path] = []
     try:
         with ThreadPoolExecutor(max_workers=1) as beside:
@@ -723,7 +722,7 @@ def run_batch(
             if journal is not None:
                 verdicts = results.select("verdict").with_columns(listing=listings)
                 saved.append(beside.submit(journal.save_verdicts, verdicts, previous))
-            if keeping is not None and parquet_copy is None:
+            if keeping is not None and parquet is None:
                 saved.append(beside.submit(keeping.write_last_run, results, rejects))
             for output in options.outputs:
                 progress(f"writing {output.name}", 0, results.height, budget.spent)
@@ -732,7 +731,7 @@ def run_batch(
                     csv_bom=options.csv_bom, typed_input=typed,
                 )  # fmt: skip
                 written.append(output)
-                if keeping is not None and output == parquet_copy:
+                if keeping is not None and output == parquet:
                     copy = beside.submit(keeping.write_last_run, results, rejects, written=output)
                     saved.append(copy)
             for done in saved:

@@ -16,13 +16,10 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.batch.result_columns import RESULT_COLUMNS, clash_free_names
-from pipeline.io.read import PARQUET_EXTENSIONS
 
 
 def typed_input(source: Path) -> pl.DataFrame | None:
-    """The Parquet input as its types are, or None: not Parquet, or nothing but text columns."""
-    if Path(source).suffix.lower() not in PARQUET_EXTENSIONS:
-        return None
+    """The Parquet file `source` as its types are, or None when it has only text columns."""
     try:
         schema = pl.read_parquet_schema(source)
         if all(dtype == pl.String for dtype in schema.values()):
