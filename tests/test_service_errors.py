@@ -186,6 +186,18 @@ def test_bad_idempotency_key(service: Service) -> None:
     assert_error(response, 400, "invalid_idempotency_key")
 
 
+def test_two_idempotency_keys_are_refused_before_any_charge(service: Service) -> None:
+    headers = [
+        ("Authorization", f"Bearer {service.key}"),
+        ("Idempotency-Key", "first"),
+        ("Idempotency-Key", "second"),
+    ]
+    response = service.client.post(f"{service.url}/v1/decisions", json=body(), headers=headers)
+    payload = assert_error(response, 400, "invalid_idempotency_key")
+    assert "one Idempotency-Key header" in str(payload["message"])
+    assert service.balance() == 100
+
+
 def test_insufficient_decisions(tmp_path: Path) -> None:
     with running_service(tmp_path, FailingEngine(), balance=2) as svc:
         payload = assert_error(svc.post(body(reasoning=True)), 402, "insufficient_decisions")
@@ -197,6 +209,23 @@ def test_unknown_route_and_wrong_method(service: Service) -> None:
     response = service.client.get(f"{service.url}/v1/decisions")
     assert_error(response, 405, "method_not_allowed")
     assert "POST" in response.headers["allow"]
+
+
+def test_a_key_pasted_into_the_path_is_neither_echoed_nor_logged(
+    service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    for path in (f"/v1/{service.key}", f"/{service.key.upper()}/decisions"):
+        payload = assert_error(service.client.post(f"{service.url}{path}"), 404, "not_found")
+        assert service.key[:11].lower() in str(payload["message"]).lower()
+        assert service.key[12:].lower() not in str(payload["message"]).lower()
+        response = service.client.delete(f"{service.url}/v1/decisions?k={service.key}")
+        assert service.key not in response.text
+    server_log = "\n".join(
+        r.getMessage() for r in caplog.records if r.name.startswith("pipeline")
+    )  # (the test's own HTTP client logs the URLs it asked for)
+    assert service.key[12:] not in server_log.lower()
+    assert "POST /v1/sk-" in server_log  # the lines are there, with the prefix only
 
 
 # -- failures after the charge ---------------------------------------------------------------

@@ -153,6 +153,16 @@ def display_prefix(key: str) -> str:
     return key[: len(KEY_PREFIX) + _DISPLAY_CHARS]
 
 
+# Anything shaped like the start of a key, however it is cased: a key pasted into a URL path
+# must not reach a log line or an error body whole.
+_KEY_LIKE_RE = re.compile(rf"({KEY_PREFIX}[a-z0-9]{{{_DISPLAY_CHARS}}})[a-z0-9]+", re.IGNORECASE)
+
+
+def redact_keys(text: str) -> str:
+    """`text` with every key-like token cut to its display prefix (for paths in logs and errors)."""
+    return _KEY_LIKE_RE.sub("\\1...", text)
+
+
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pipeline.ledger.accounts import redact_keys
+
 log = logging.getLogger("pipeline.service.access")
 
 
@@ -42,7 +44,7 @@ class AccessLog:
                 client[0],
                 client[1],
                 scope["method"],
-                scope["path"],
+                redact_keys(scope["path"]),
                 status,
                 state.get("key_prefix", "-"),
                 (time.perf_counter() - started) * 1000,

@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from pipeline.errors import PipelineError
-from pipeline.ledger.accounts import AccountStore
+from pipeline.ledger.accounts import AccountStore, redact_keys
 from pipeline.service.access_log import AccessLog
 from pipeline.service.activity import ConnectionActivity
 from pipeline.service.errors import ApiError, internal_error, json_response, translate
@@ -94,6 +94,7 @@ def create_app(
             content_type=request.headers.get("content-type"),
             body=await read_body(request, max_body_bytes),
             idempotency_key=request.headers.get("idempotency-key"),
+            idempotency_key_repeated=len(request.headers.getlist("idempotency-key")) > 1,
             alone=activity.alone(_connection(request)),
         )
         state: dict[str, Any] = request.scope.setdefault("state", {})
@@ -130,9 +131,10 @@ def create_app(
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
         code = _HTTP_CODES.get(exc.status_code, "http_error")
+        path = redact_keys(request.url.path)
         message = {
-            404: f"no such endpoint: {request.url.path}; the API is POST /v1/decisions",
-            405: f"{request.method} is not allowed on {request.url.path}",
+            404: f"no such endpoint: {path}; the API is POST /v1/decisions",
+            405: f"{request.method} is not allowed on {path}",
         }.get(exc.status_code, str(exc.detail))
         return ApiError(exc.status_code, code, message, headers=exc.headers).response()
 

@@ -46,6 +46,7 @@ class Incoming:
     content_type: str | None
     body: bytes | None  # None: larger than the limit, not read
     idempotency_key: str | None = None
+    idempotency_key_repeated: bool = False  # two Idempotency-Key headers: which one is meant?
     alone: bool = False  # no other client is being served (see pipeline.service.activity)
 
 
@@ -71,7 +72,13 @@ def check_content_type(content_type: str | None) -> None:
         )
 
 
-def check_idempotency_key(value: str | None) -> str | None:
+def check_idempotency_key(value: str | None, *, repeated: bool = False) -> str | None:
+    if repeated:
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            "send one Idempotency-Key header: with two, the request could be paid under either",
+        )
     if value is None:
         return None
     if not valid_idempotency_key(value):
@@ -113,7 +120,9 @@ class DecisionHandler:
                     "payload_too_large",
                     f"the request body is larger than {self.max_body_bytes} bytes",
                 )
-            idempotency_key = check_idempotency_key(incoming.idempotency_key)
+            idempotency_key = check_idempotency_key(
+                incoming.idempotency_key, repeated=incoming.idempotency_key_repeated
+            )
             decision = await self._decide(incoming.body, caller, idempotency_key, incoming.alone)
             if seen is not None and decision.replayed:
                 seen["replayed"] = True
