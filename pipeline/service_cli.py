@@ -51,10 +51,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     check_can_listen(args.host, args.port)
     db = _db(args, settings)
     if args.demo:
-        _ensure_demo(db)
+        balance = _ensure_demo(db)
         db_option = f" --db {args.db}" if args.db else ""
         print(
-            f"Demo workspace {DEMO_WORKSPACE!r} ({DEMO_BALANCE} decisions), account "
+            f"Demo workspace {DEMO_WORKSPACE!r} ({balance:,} decisions), account "
             f"{DEMO_ACCOUNT!r}. Create a key in another terminal (printed once):\n\n"
             f"  export DECISIONS_API_KEY=$(.venv/bin/decisions key create "
             f"--account {DEMO_ACCOUNT}{db_option})\n\nthen ask for a decision:\n\n"
@@ -67,15 +67,17 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _ensure_demo(db: Path) -> None:
+def _ensure_demo(db: Path) -> int:
+    """The demo workspace and account (made on first use); the workspace's balance now."""
     from pipeline.ledger.sqlite import SqliteLedger
 
-    SqliteLedger(db).ensure_workspace(DEMO_WORKSPACE, DEMO_BALANCE)
+    balance = SqliteLedger(db).ensure_workspace(DEMO_WORKSPACE, DEMO_BALANCE).balance
     accounts = SqliteAccounts(db)
     try:
         accounts.account(DEMO_ACCOUNT)
     except AccountError:
         accounts.create_account(DEMO_ACCOUNT, DEMO_WORKSPACE, "broker")
+    return balance
 
 
 def cmd_account_create(args: argparse.Namespace, settings: Settings) -> int:
