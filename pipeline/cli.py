@@ -91,6 +91,32 @@ def cmd_workspace_show(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+ENTRY_FIELDS = (
+    "id", "created_at", "kind", "amount", "balance_after", "key_prefix", "idempotency_key",
+    "fingerprint", "refund_of", "note",
+)  # fmt: skip
+
+
+def cmd_workspace_entries(args: argparse.Namespace, settings: Settings) -> int:
+    """The audit trail, oldest first: every change of the balance with the balance after it."""
+    from datetime import UTC, datetime
+
+    entries = [
+        {name: entry[name] for name in ENTRY_FIELDS}
+        | {"created_at": datetime.fromtimestamp(float(entry["created_at"]), UTC).isoformat()}
+        for entry in _ledger(args, settings).entries(args.name)
+    ]
+    if args.csv:
+        import csv
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=ENTRY_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(entries)
+    else:
+        _print_json(entries)
+    return 0
+
+
 # -- benchmarks ------------------------------------------------------------------------------
 
 
@@ -137,7 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     show = ws.add_parser("show", help="print a workspace's balance")
     show.add_argument("name")
     show.set_defaults(handler=cmd_workspace_show)
-    for sub in (create, topup, show):
+    entries = ws.add_parser(
+        "entries", help="print a workspace's audit trail: every charge, refund and top-up"
+    )
+    entries.add_argument("name")
+    entries.add_argument("--csv", action="store_true", help="CSV instead of JSON")
+    entries.set_defaults(handler=cmd_workspace_entries)
+    for sub in (create, topup, show, entries):
         _add_ledger_options(sub)
 
     benchmarks = commands.add_parser("benchmarks", help="market benchmark tables")

@@ -106,3 +106,29 @@ def test_an_idempotency_key_the_service_would_refuse_is_refused(db, capsys, stdi
     assert "--idempotency-key must be 1 to 255 printable characters" in capsys.readouterr().err
     assert main(["workspace", "show", "acme", "--db", db]) == 0
     assert json.loads(capsys.readouterr().out)["balance"] == 4
+
+
+def test_the_audit_trail_reconciles_with_the_balance(db, capsys, stdin):
+    stdin(VILLA)
+    decide(db, VILLA, capsys, "--idempotency-key", "listing-42")
+    stdin(VILLA)
+    decide(db, VILLA, capsys, "--idempotency-key", "listing-42")  # a replay: no entry
+    assert main(["workspace", "topup", "acme", "10", "--db", db]) == 0
+    capsys.readouterr()
+
+    assert main(["workspace", "entries", "acme", "--db", db]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert [(e["kind"], e["amount"], e["balance_after"]) for e in entries] == [
+        ("opening", 4, 4), ("charge", -1, 3), ("topup", 10, 13),
+    ]  # fmt: skip
+    assert sum(e["amount"] for e in entries) == 13
+    charge = entries[1]
+    assert charge["idempotency_key"] == "listing-42" and len(charge["fingerprint"]) == 64
+    assert charge["created_at"].endswith("+00:00")
+
+    assert main(["workspace", "entries", "acme", "--csv", "--db", db]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].startswith("id,created_at,kind,amount,balance_after")
+    assert [r.split(",")[2:5] for r in rows[1:]] == [
+        ["opening", "4", "4"], ["charge", "-1", "3"], ["topup", "10", "13"],
+    ]  # fmt: skip

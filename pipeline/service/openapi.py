@@ -17,7 +17,7 @@ _ERRORS: dict[int, str] = {
     413: "`payload_too_large`: the body is larger than the limit.",
     415: "`unsupported_media_type`: the body is not sent as application/json.",
     422: "`validation_error` (`field`, dotted path) or `idempotency_key_reused`.",
-    500: "`internal_error`: the evaluation failed; nothing was charged (a charge already made is refunded).",
+    500: "`internal_error`: the evaluation failed; nothing charged (a charge made is refunded).",
 }
 
 _HEADERS: dict[int, dict[str, Any]] = {
