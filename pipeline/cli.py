@@ -19,10 +19,19 @@ if TYPE_CHECKING:
 Handler = Callable[[argparse.Namespace, Settings], int]
 
 
-def _ledger(args: argparse.Namespace, settings: Settings) -> SqliteLedger:
-    from pipeline.ledger.sqlite import open_local_ledger
+def _ledger(
+    args: argparse.Namespace,
+    settings: Settings,
+    *,
+    charges_local: bool = False,
+    creates: bool = False,
+) -> SqliteLedger:
+    """The command's ledger; a file named by --db must be there already, unless the command
+    `creates` a workspace or charges the local one (made on first use)."""
+    from pipeline.ledger.sqlite import open_ledger
 
-    return open_local_ledger(settings, args.db)
+    must_exist = not (creates or charges_local)
+    return open_ledger(settings, args.db, charges_local=charges_local, must_exist=must_exist)
 
 
 def _workspace(args: argparse.Namespace, settings: Settings) -> str:
@@ -52,12 +61,14 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     except OSError as exc:
         raise UsageError(f"cannot read the request {args.request}: {exc.strerror}") from exc
     engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
-    desk = DecisionDesk(engine, _ledger(args, settings))
+    workspace = _workspace(args, settings)
+    ledger = _ledger(args, settings, charges_local=workspace == settings.ledger.workspace)
+    desk = DecisionDesk(engine, ledger)
     try:
         decision = asyncio.run(
             desk.decide_async(
                 body,
-                workspace=_workspace(args, settings),
+                workspace=workspace,
                 idempotency_key=args.idempotency_key,
                 commit_inline=True,  # one request: no transaction to share with anyone
             )
@@ -77,7 +88,7 @@ def _show(workspace: Workspace) -> None:
 
 
 def cmd_workspace_create(args: argparse.Namespace, settings: Settings) -> int:
-    _show(_ledger(args, settings).create_workspace(args.name, args.balance))
+    _show(_ledger(args, settings, creates=True).create_workspace(args.name, args.balance))
     return 0
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.errors import UsageError
 from pipeline.ledger.accounts import ACCOUNT_TYPES, AccountError, KeyInfo, SqliteAccounts
-from pipeline.settings import Settings, db_path
+from pipeline.settings import Settings
 
 DEMO_WORKSPACE = "demo"
 DEMO_ACCOUNT = "demo-broker"
@@ -29,11 +29,11 @@ curl -s http://{host}:{port}/v1/decisions \\
 
 
 def _db(args: argparse.Namespace, settings: Settings) -> Path:
-    from pipeline.ledger.sqlite import SqliteLedger
+    """The ledger file of the command, which must be there (but for `serve --demo`)."""
+    from pipeline.ledger.sqlite import open_ledger
 
-    path = db_path(args.db) if args.db else settings.resolve(settings.ledger.db)
-    SqliteLedger(path).ensure_workspace(settings.ledger.workspace, settings.ledger.initial_balance)
-    return path
+    must_exist = not getattr(args, "demo", False)
+    return open_ledger(settings, args.db, must_exist=must_exist).path
 
 
 def _key_row(info: KeyInfo) -> dict[str, Any]:

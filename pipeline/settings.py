@@ -60,6 +60,17 @@ def load_settings(path: Path | None = None, env: dict[str, str] | None = None) -
     return settings
 
 
+def ledger_location(
+    settings: Settings, db: str | None, env: dict[str, str] | None = None
+) -> tuple[Path, bool]:
+    """A command's ledger file (`--db`, else DECISIONS_DB, else the settings' file), and whether
+    it is the settings' own file rather than one the user named."""
+    env = dict(os.environ) if env is None else env
+    if db:
+        return db_path(db), False
+    return settings.resolve(settings.ledger.db), not env.get("DECISIONS_DB")
+
+
 def db_path(url: str) -> Path:
     """A ledger location as given by a user: a path, or a sqlite:/// URL (relative to cwd)."""
     if "://" in url:

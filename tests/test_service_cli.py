@@ -90,3 +90,35 @@ def test_serve_says_when_its_port_is_taken(tmp_path: Path, capsys) -> None:
         port = taken.getsockname()[1]
         assert main(["serve", "--port", str(port), "--db", str(tmp_path / "l.db")]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_named_ledger_that_is_not_there_is_refused_not_started(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = tmp_path / "ledgr.db"
+    for args in (
+        ["key", "list"],
+        ["account", "create", "b", "--workspace", "w", "--type", "broker"],
+        ["workspace", "show", "w"],
+        ["workspace", "topup", "w", "5"],
+        ["workspace", "entries", "w"],
+    ):
+        assert main([*args, "--db", str(typo)]) == 2
+        assert f"no ledger at {typo}" in capsys.readouterr().err
+    assert not typo.exists()
+
+
+def test_only_the_local_workspace_charged_is_made_in_a_named_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipeline.ledger.sqlite import SqliteLedger
+
+    db = tmp_path / "provider.db"
+    assert main(["workspace", "create", "acme", "--balance", "5", "--db", str(db)]) == 0
+    assert main(["account", "create", "b", "--workspace", "acme", "--type", "broker",
+                 "--db", str(db)]) == 0  # fmt: skip
+    assert main(["key", "list", "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["workspace", "show", "local", "--db", str(db)]) == 2
+    assert "no workspace named 'local'" in capsys.readouterr().err
+    assert [e["kind"] for e in SqliteLedger(db).entries("acme")] == ["opening"]

@@ -109,12 +109,17 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
 def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[LocalScorer, str]:
     from pipeline.batch.scorers.local import LocalScorer
     from pipeline.engine.engine import Engine
-    from pipeline.ledger.sqlite import open_local_ledger
+    from pipeline.ledger.sqlite import open_ledger
 
+    workspace = args.workspace or settings.ledger.workspace
     # The job lock keeps a second run of this job out, so a charge of ours still marked in
     # flight belongs to a run that died: replay it at once instead of waiting.
-    ledger = open_local_ledger(settings, args.db, stale_in_flight_s=0)
-    workspace = args.workspace or settings.ledger.workspace
+    ledger = open_ledger(
+        settings,
+        args.db,
+        charges_local=workspace == settings.ledger.workspace,
+        stale_in_flight_s=0,
+    )
     ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
     engine = Engine(settings.resolve(settings.benchmarks.table))  # loaded when first needed
     scorer = LocalScorer(engine, ledger, workspace=workspace, chunk_rows=settings.batch.chunk_rows)

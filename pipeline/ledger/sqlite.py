@@ -23,7 +23,7 @@ from pipeline.errors import (
 )
 from pipeline.ledger.base import Charge, ChargeRequest, Workspace, check_name
 from pipeline.ledger.connection import ThreadConnections
-from pipeline.settings import Settings, db_path
+from pipeline.settings import Settings, ledger_location
 
 # An in-flight request older than this is taken to have died (a killed process): its charge
 # stands and is replayed, never repeated.
@@ -317,11 +317,28 @@ class SqliteLedger:
         return Workspace(name, balance)
 
 
-def open_local_ledger(
-    settings: Settings, db: str | None = None, *, stale_in_flight_s: float = STALE_IN_FLIGHT_S
+def open_ledger(
+    settings: Settings,
+    db: str | None = None,
+    *,
+    charges_local: bool = False,
+    must_exist: bool = False,
+    stale_in_flight_s: float = STALE_IN_FLIGHT_S,
 ) -> SqliteLedger:
-    """The ledger of `--db` (or the settings' default file), with the local workspace in it."""
-    path = db_path(db) if db else settings.resolve(settings.ledger.db)
+    """The ledger of `--db` (else DECISIONS_DB, else the settings' file).
+
+    The local workspace, with the opening balance of the settings, is made in the settings'
+    own file on first use, and in a ledger the caller is about to charge it in
+    (`charges_local`: `score` or `decide` without `--workspace`); never in a ledger named for
+    anything else, which would hold decisions nobody paid for. `must_exist`: a named file that
+    is not there is refused (a mistyped --db would otherwise start an empty ledger)."""
+    path, own_file = ledger_location(settings, db)
+    if must_exist and not own_file and not path.exists():
+        raise UsageError(
+            f"no ledger at {path}: check --db (or DECISIONS_DB), or make one with "
+            f"`decisions workspace create NAME --balance N --db {path}`"
+        )
     ledger = SqliteLedger(path, stale_in_flight_s=stale_in_flight_s)
-    ledger.ensure_workspace(settings.ledger.workspace, settings.ledger.initial_balance)
+    if own_file or charges_local:
+        ledger.ensure_workspace(settings.ledger.workspace, settings.ledger.initial_balance)
     return ledger
