@@ -525,3 +525,26 @@ def test_a_parquet_input_keeps_its_column_types_in_a_parquet_output(tmp_path, db
         assert text["price"].to_list() == ["3000000.0", "0.0", "1250000.5"], run
         assert text["parking"].to_list() == ["true", "false", None], run
     assert balance(db) == 5000 - 2
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (None, "configuration file not found"),
+        ("[column]\nprice = 'Sold'\n", "unknown table [column]"),
+    ],
+)
+def test_a_config_that_cannot_be_applied_stops_the_run_before_anything(
+    tmp_path, db, capsys, config, message
+):
+    path = tmp_path / "mapping.toml"
+    if config is not None:
+        path.write_text(config, encoding="utf-8")
+    journal = tmp_path / "job.journal"
+    code = main(
+        ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--config",
+         str(path), "--db", db, "--workspace", "acme", "--journal", str(journal)]
+    )  # fmt: skip
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert balance(db) == 5000 and not journal.exists() and not (tmp_path / "out.csv").exists()

@@ -131,9 +131,6 @@ def test_config_explicit_mapping_wins_and_resolves_ambiguity(tmp_path: Path) -> 
             [columns]
             price = "My Price Header"
             district = ""
-
-            [budget]  # other tables belong to other parts of the program
-            max = 10
             """,
         )
     )
@@ -173,6 +170,13 @@ def test_config_explicit_header_missing_from_file(tmp_path: Path) -> None:
         ("[aliases]\nprice = 'x'\n", "[aliases] price must be a list of non-empty strings"),
         ("[aliases]\ncity = ['price']\n", "alias 'price' is listed for both"),
         ("[columns\n", "not valid TOML"),
+        ("[column]\nprice = 'Sold'\n", "unknown table [column]; a --config file has [aliases]"),
+        ("[Columns]\nprice = 'Sold'\n", "unknown table [Columns]"),
+        (
+            "price = 'Sold'\n",
+            "'price' is outside any table; a --config file has [aliases] and "
+            "[columns] (put it under [columns] there)",
+        ),
     ],
 )
 def test_bad_config_is_a_usage_error(tmp_path: Path, text: str, message: str) -> None:

@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.batch.columns import load_column_config
 from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import BatchOptions, BatchOutcome, Plan, run_batch
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
@@ -179,6 +180,8 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.budget is not None and args.budget < 0:
         raise UsageError("--budget must be 0 or more decisions")
+    if args.config is not None:
+        load_column_config(args.config)  # a config that cannot be read stops the run first
     options = BatchOptions(
         input=args.input,
         outputs=args.output or [default_output(args.input)],

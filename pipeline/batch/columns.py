@@ -2,7 +2,8 @@
 
 Aliases live in ``configs/columns.toml``; a ``--config`` TOML file can replace a field's aliases
 (``[aliases]``) or name its header outright (``[columns]``; an empty string says the file has no
-such column). Other tables of that file are left to their owners.
+such column). Anything else in that file is refused, so a misspelt table name never leaves a
+mapping unapplied.
 
 A header matches a field when its normalised form equals one of the field's normalised aliases
 (see :func:`header_key`); failing that, when it does after its bracketed parts and trailing unit
@@ -174,6 +175,7 @@ def load_column_config(path: Path | None = None) -> ColumnConfig:
     explicit: dict[str, str] = {}
     if path is not None:
         override = _read_toml(path)
+        _check_tables(override, path)
         aliases.update(_aliases(override.get("aliases", {}), path))
         explicit = _explicit(override.get("columns", {}), path)
     _check_aliases_distinct(aliases, path or DEFAULT_CONFIG)
@@ -308,8 +310,28 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise UsageError(f"{path}: configuration file not found") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a folder, not a configuration file") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})") from None
+
+
+_TABLES = ("aliases", "columns")
+
+
+def _check_tables(config: dict[str, Any], path: Path) -> None:
+    for name, value in config.items():
+        if name in _TABLES:
+            continue
+        if isinstance(value, dict):
+            raise UsageError(
+                f"{path}: unknown table [{name}]; a --config file has [aliases] and [columns]"
+            )
+        hint = " under [columns]" if name in MAPPED_FIELDS else ""
+        raise UsageError(
+            f"{path}: {name!r} is outside any table; a --config file has [aliases] and "
+            f"[columns] (put it{hint} there)"
+        )
 
 
 def _aliases(table: object, path: Path) -> dict[str, tuple[str, ...]]:
