@@ -548,3 +548,22 @@ def test_a_config_that_cannot_be_applied_stops_the_run_before_anything(
     assert code == 2
     assert message in capsys.readouterr().err
     assert balance(db) == 5000 and not journal.exists() and not (tmp_path / "out.csv").exists()
+
+
+def test_outputs_that_cannot_be_written_stop_the_run_before_any_charge(tmp_path, db, capsys):
+    wide = tmp_path / "wide.csv"
+    extra = [f"note{i}" for i in range(16_384)]
+    header = ["type", "price", "area", "city", *extra]
+    wide.write_text(
+        ",".join(header) + "\n" + ",".join(["villa", "3200000", "400", "Riyadh", *"x" * 16_384]),
+        encoding="utf-8",
+    )
+    assert score(db, str(wide), "-o", str(tmp_path / "wide.xlsx")) == 2
+    assert "columns do not fit in an Excel sheet" in capsys.readouterr().err
+
+    folder = tmp_path / "scored.csv"
+    folder.mkdir()
+    args = [str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "ok.csv"), "-o", str(folder)]
+    assert score(db, *args) == 2
+    assert f"{folder}: is a folder" in capsys.readouterr().err
+    assert balance(db) == 5000 and not (tmp_path / "ok.csv").exists()

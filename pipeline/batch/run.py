@@ -644,8 +644,9 @@ def run_batch(
         if last is not None and not _unexplained(last[0]):
             return _answer_again(options, scorer, journal, last, fingerprint, workspace, clock)
     prepared = prepare(options)
+    width = prepared.raw.width + len(RESULT_SCHEMA)  # the output: input columns, then ours
     for output in options.outputs:
-        check_output_capacity(output, prepared.raw.height)
+        check_output_capacity(output, prepared.raw.height, width)
     progress("read", prepared.raw.height, prepared.raw.height, 0)
 
     valid = prepared.requests.filter(pl.lit(prepared.problems["error_field"].is_null()))

@@ -43,16 +43,20 @@ def output_format(path: Path) -> str:
         ) from None
 
 
-def check_output_capacity(path: Path, rows: int) -> None:
-    """Refuse, before anything is charged, an output that cannot hold `rows` data rows.
+def check_output_capacity(path: Path, rows: int, columns: int | None = None) -> None:
+    """Refuse, before anything is charged, an output that cannot hold `rows` data rows (and
+    `columns` columns, when known), or cannot be written at all.
 
-    Raises UsageError for an unknown extension and TooManyRowsError when an .xlsx output would
-    need more than 1,048,575 data rows.
+    Raises UsageError for an unknown extension or a path that is a folder, and
+    TooManyRowsError when an .xlsx output would need more than 1,048,575 data rows or 16,384
+    columns.
     """
     if output_format(path) == "xlsx":
         from pipeline.io.xlsx_writer import check_xlsx_capacity  # xlsxwriter: only for workbooks
 
-        check_xlsx_capacity(path, rows)
+        check_xlsx_capacity(path, rows, columns)
+    if Path(path).is_dir():
+        raise UsageError(f"{path}: is a folder; name the file to write (-o FOLDER/NAME.xlsx)")
 
 
 def write_output(
