@@ -567,3 +567,28 @@ def test_outputs_that_cannot_be_written_stop_the_run_before_any_charge(tmp_path,
     assert score(db, *args) == 2
     assert f"{folder}: is a folder" in capsys.readouterr().err
     assert balance(db) == 5000 and not (tmp_path / "ok.csv").exists()
+
+
+def test_the_command_printed_to_run_again_can_be_pasted_into_a_shell(tmp_path, db):
+    import shutil
+    import subprocess
+    import sys
+
+    source = tmp_path / "My Portfolio (Q4).csv"
+    shutil.copy(SAMPLE / "portfolio.csv", source)
+    journal = tmp_path / "it's mine.journal"
+    command = [sys.executable, "-m", "pipeline", "score", str(source), "-o",
+               str(tmp_path / "out.csv"), "--db", db, "--workspace", "acme", "--journal",
+               str(journal), "--budget", "5"]  # fmt: skip
+    cwd = Path(__file__).resolve().parents[1]
+    first = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+    assert first.returncode == 3, first.stderr
+    lines = first.stdout.splitlines()
+    pasted = lines[lines.index(next(x for x in lines if "run the same command" in x)) + 1].strip()
+    again = subprocess.run(
+        ["bash", "-c", pasted.replace("--budget 5", "--budget 10")],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert again.returncode == 3, again.stderr  # the same job, resumed: ten more paid
+    assert balance(db) == 5000 - 15
+    assert "Reused from the journal" in again.stdout

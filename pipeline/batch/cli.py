@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -258,7 +259,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(manifest, ensure_ascii=False, indent=2))
         if outcome.exit_code == 3:  # stdout is for the JSON: the way on goes to stderr
-            print(run_again(outcome) + "\n  " + " ".join(sys.argv), file=sys.stderr)
+            print(run_again(outcome) + "\n  " + command_line(sys.argv), file=sys.stderr)
     elif not args.quiet:
         print_summary(outcome, sys.argv)
     return outcome.exit_code
@@ -357,6 +358,13 @@ def run_again(outcome: BatchOutcome) -> str:
     return RUN_AGAIN_REMOTE if remote else RUN_AGAIN
 
 
+def command_line(argv: list[str]) -> str:
+    """`argv` as a line to paste into a shell: quoted, and runnable however it was started
+    (`python -m pipeline` leaves the path of pipeline/__main__.py in argv[0])."""
+    head = [sys.executable, "-m", "pipeline"] if Path(argv[0]).name == "__main__.py" else argv[:1]
+    return shlex.join([*head, *argv[1:]])
+
+
 def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
     s = outcome.summary
     width = max(len(label) for label, _ in s.lines())
@@ -366,4 +374,4 @@ def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
     for output in outcome.outputs:
         print(f"  wrote {output}")
     if s.exit_code == 3:
-        print(run_again(outcome) + "\n  " + " ".join(argv))
+        print(run_again(outcome) + "\n  " + command_line(argv))
