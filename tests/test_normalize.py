@@ -48,6 +48,12 @@ PRICES = [
     ("0", 0.0),
     ("1,5", None),  # a decimal comma is ambiguous: refused, never read as 15
     ("1.500.000", None),
+    ("950.000", None),  # 950 or 950,000: no price has three decimals, so neither is guessed
+    ("3.200 SAR", None),
+    ("١٫٢٠٠", None),
+    ("1.500 مليون", 1_500_000.0),  # with a multiplier the dot is a decimal point
+    ("0.500", 0.5),
+    ("950.00", 950.0),
     ("12,34,567", None),
     ("abc", None),
     ("1e999", None),
@@ -78,6 +84,7 @@ def test_price(cell: str | None, expected: float | None) -> None:
         ("120 م٢", 120.0),
         ("200 متر مربع", 200.0),
         ("1,200", 1200.0),
+        ("140.125", 140.125),  # an area may have three decimals (a surveyed plot)
         ("-5", -5.0),
         ("120 sqft", None),  # another unit: not silently read as m2
         ("120 m", 120.0),

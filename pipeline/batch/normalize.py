@@ -9,8 +9,10 @@ but whose typed value is null ("not a number", "unknown value"). What is underst
 Numbers (price, area, bedrooms, bathrooms, floor, age, lat, lng)
     Arabic-Indic (٠-٩) and Persian (۰-۹) digits; ``٫`` (U+066B) or ``.`` as the decimal point;
     thousands grouped by ``,`` ``٬`` (U+066C) ``،`` ``'`` or a space/NBSP, only in groups of three
-    (so ``1,5`` and ``1.500.000`` are null rather than a wrong number); a sign (``-50`` stays
-    -50.0 for the engine to reject as not positive); an exponent (``1e+20``). Non-finite -> null.
+    (so ``1,5`` and ``1.500.000`` are null rather than a wrong number; so is a price like
+    ``950.000``, whose dot may separate thousands: no price has three decimals); a sign
+    (``-50`` stays -50.0 for the engine to reject as not positive); an exponent (``1e+20``).
+    Non-finite -> null.
     Units around the number, per field:
       price: SAR, SR, ريال, ر.س, ﷼ before or after; multipliers ``1.5M``/``1.5m``/``mn``/
              ``million``/``مليون`` (x 1,000,000) and ``750k``/``thousand``/``ألف`` (x 1,000);
@@ -116,6 +118,9 @@ _GROUPED = (
     + _EXPONENT + r"\s?[\x01\x02]?$|^[+-]?\.[0-9]+" + _EXPONENT + r"\s?[\x01\x02]?$"
 )  # fmt: skip
 _PLAIN = r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)" + _EXPONENT + "$"
+# One to three digits, a dot, exactly three digits: 950.000 is 950 or 950,000 depending on
+# where the file was made. A price never has three decimals, so it is read as neither.
+DOTTED_THOUSANDS = r"^[+-]?[1-9][0-9]{0,2}\.[0-9]{3}$"
 
 # Words removed wherever they occur in a number cell of the field (ASCII case ignored).
 _CURRENCY = ("ريال سعودي", "riyals", "riyal", "ر.س.", "ر.س", "ر. س", "ر س", "ريال", "s.r.", "s.r",
@@ -164,6 +169,8 @@ def normalize_column(cells: pl.Series, name: str, *, shortcuts: bool = True) -> 
         return _per_distinct(cells, transform, dtype)
     values = cells.cast(pl.Float64, strict=False)
     slow = values.is_null() & cells.is_not_null()
+    if name == "price":  # the float parser reads 950.000 as 950: the full path refuses it
+        slow |= cells.str.strip_chars().str.contains(DOTTED_THOUSANDS).fill_null(False)
     if slow.any():
         typed = _per_distinct(cells.filter(slow), transform, dtype)
         values = values.scatter(slow.arg_true(), typed)
@@ -245,8 +252,10 @@ def _number(
     units: tuple[str, ...] = (),
     multipliers: bool = False,
     grouping: bool = True,
+    ambiguous: str | None = None,
 ) -> pl.Series:
-    """Number cells: literal replacements (Aho-Corasick) and one validating regex."""
+    """Number cells: literal replacements (Aho-Corasick) and one validating regex; `ambiguous`:
+    a regex of numbers read as null because they could mean two things."""
     words = dict.fromkeys(units, "") | (_MULTIPLIERS if multipliers else {})
     ordered = sorted(words, key=len, reverse=True)  # the longest word wins at one position
 
@@ -264,7 +273,8 @@ def _number(
         _eval(cells, prepared)
         .to_frame("v")
         .with_columns(
-            valid=t.str.contains(_GROUPED if grouping else _PLAIN),
+            valid=t.str.contains(_GROUPED if grouping else _PLAIN)
+            & (pl.lit(True) if ambiguous is None else ~t.str.contains(ambiguous)),
             digits=t.str.replace_many(_UNGROUP, [""] * len(_UNGROUP)) if grouping else t,
             factor=pl.when(t.str.ends_with(_MILLION))
             .then(1e6)
@@ -290,7 +300,7 @@ _GROUND_KEYS = _keys_of(GROUND_FLOOR)
 
 _FIELD_TRANSFORMS: dict[str, Callable[[pl.Series], pl.Series]] = {
     "type": _property_type,
-    "price": lambda c: _number(c, units=_CURRENCY, multipliers=True),
+    "price": lambda c: _number(c, units=_CURRENCY, multipliers=True, ambiguous=DOTTED_THOUSANDS),
     "area": lambda c: _number(c, units=_AREA_UNITS),
     "bedrooms": _number,
     "bathrooms": _number,

@@ -34,6 +34,18 @@ _TYPED = [
 ]
 
 
+# A number written the European way (1.250.000,50 or 140,5), or a price like 950.000 whose
+# dot may separate thousands: said outright, as the generic "must be a number" leaves a
+# broker wondering what is wrong with it.
+_SEPARATORS = (
+    r"(?:^|[^0-9.,])(?:[0-9]{1,3}(?:\.[0-9]{3})+(?:,[0-9]+)?|[0-9]+,[0-9]{1,2})(?:$|[^0-9.,])"
+)
+_SEPARATORS_RULE = (
+    "{} must be a number with '.' for decimals and ',' (or nothing) between thousands, as in "
+    "1,250,000.50: a dot between groups of three digits, or a decimal comma, reads two ways"
+)
+
+
 def _unreadable_cell(raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnMap) -> pl.Series:
     """Index into _TYPED of the first cell that has text but no typed value; null if none."""
     checks = []
@@ -90,6 +102,13 @@ def reject_reasons(
     values = _cell_values(raw, frame["column"], header_of)
     empty = raw.select(pl.all_horizontal(pl.all().is_null()).alias("empty")).to_series()
     frame = frame.with_columns(header=headers, value=values, empty=empty)
+    separators = pl.col("is_unread") & pl.col("value").str.contains(_SEPARATORS).fill_null(False)
+    number_fields = [FIELD_PATHS[c] for c, what in _TYPED if what == _EXPECTED[pl.Float64()]]
+    frame = frame.with_columns(
+        rule=pl.when(separators & pl.col("error_field").is_in(number_fields))
+        .then(pl.format(_SEPARATORS_RULE, pl.col("error_field")))
+        .otherwise(pl.col("rule"))
+    )
     where = pl.format("row {}", pl.col("row_number"))
     where = (
         pl.when(pl.col("header").is_not_null())
