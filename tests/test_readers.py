@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import re
 from pathlib import Path
@@ -145,6 +146,25 @@ def test_wrong_encoding_override_names_file_and_suggests(tmp_path: Path) -> None
         read_table(path, encoding="utf-8")
     with pytest.raises(InputError, match="unknown encoding 'klingon'"):
         read_table(path, encoding="klingon")
+
+
+@pytest.mark.parametrize(
+    ("content", "read_as", "why"),
+    [
+        (codecs.BOM_UTF8 + ARABIC_CSV.encode(), "utf-8-sig", "begins with a UTF-8 byte-order mark"),
+        (ARABIC_CSV.encode("utf-16"), "utf-16", "begins with a UTF-16 byte-order mark"),
+        (ARABIC_CSV.encode(), "utf-8", "is UTF-8 Arabic text"),
+    ],
+)
+def test_a_named_encoding_never_garbles_what_detection_can_tell(
+    tmp_path: Path, content: bytes, read_as: str, why: str
+) -> None:
+    path = write(tmp_path, "x.csv", content)
+    read = read_table_with_info(path, encoding="cp1256")
+    assert read.frame.equals(read_table(path))  # as if no encoding had been named
+    assert read.encoding == read_as
+    assert read.encoding_overridden == f"--encoding cp1256 not used: the file {why}"
+    assert read_table_with_info(path, encoding="utf-16" if read_as == "utf-16" else "utf-8")
 
 
 def test_invalid_utf8_after_the_sniffed_start_falls_back_to_cp1256(tmp_path: Path) -> None:

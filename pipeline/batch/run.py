@@ -144,6 +144,8 @@ def _reading_notes(read: ReadResult, header_note: str | None) -> list[tuple[str,
     """How the file was read, for the summary and the dry run: the sheet (and the sheets
     passed over), a header under a title, merged and error cells."""
     notes: list[tuple[str, object]] = []
+    if read.encoding_overridden is not None:
+        notes.append(("Encoding", f"{read.encoding} ({read.encoding_overridden})"))
     if read.sheet is not None:
         sheet = repr(read.sheet)
         if read.passed_over:

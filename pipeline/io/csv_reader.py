@@ -9,7 +9,10 @@ Encoding, unless the caller names one:
   characters are Arabic letters; otherwise an InputError suggesting ``--encoding``.
 
 A legacy single-byte file whose non-ASCII text is not Arabic (e.g. Latin-1) is therefore refused
-rather than guessed; ``encoding="latin-1"`` reads it.
+rather than guessed; ``encoding="latin-1"`` reads it. A named encoding is for what detection cannot
+tell: a byte-order mark, or Arabic text that is valid UTF-8, is read as such whatever is named
+(a nightly job's ``--encoding cp1256`` outlives the day its export switches to UTF-8), and the
+read says so.
 
 Separator: a first line ``sep=X`` (Excel's hint) names it; otherwise the candidate among comma,
 semicolon, tab and pipe that occurs outside double quotes in the header line, preferring one whose
@@ -43,7 +46,7 @@ def read_csv(
     """The header cells, the data rows (positional column names) and how the file was read."""
     with path.open("rb") as fh:
         head = fh.read(SNIFF_BYTES)
-    codec = _codec_name(path, encoding) if encoding else _detect_encoding(path, head)
+    codec, overridden = _chosen_codec(path, head, encoding)
 
     if codec in ("utf-8", "utf-8-sig") and not _old_mac_lines(head):
         text_head = head.decode("utf-8", errors="ignore").lstrip("\ufeff")
@@ -78,7 +81,10 @@ def read_csv(
     if raw.height == 0:
         raise InputError(f"{path}: has no header row (the first line names the columns)")
     headers = list(raw.row(0))
-    return headers, raw.slice(1), {"encoding": codec, "separator": separator}
+    details = {"encoding": codec, "separator": separator}
+    if overridden is not None:
+        details["encoding_overridden"] = overridden
+    return headers, raw.slice(1), details
 
 
 def _old_mac_lines(head: bytes | str) -> bool:
@@ -173,6 +179,33 @@ def _first_long_record(source: Path | bytes, separator: str, skip: int) -> str:
                 f"{width}{title}"
             )
     return "a row has more fields than the header line"
+
+
+def _chosen_codec(path: Path, head: bytes, encoding: str | None) -> tuple[str, str | None]:
+    """The codec to read with, and why a named `encoding` was not used (None if it was)."""
+    if encoding is None:
+        return _detect_encoding(path, head), None
+    named = _codec_name(path, encoding)
+    if head.startswith((codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        detected = _detect_encoding(path, head)  # utf-8-sig or utf-16
+        family = "utf-8" if detected == "utf-8-sig" else "utf-16"
+        if named.startswith(family):
+            return detected, None
+        mark = f"a {family.upper()} byte-order mark"
+        return detected, f"--encoding {encoding} not used: the file begins with {mark}"
+    if not named.startswith("utf") and _is_utf8_arabic(head):
+        return "utf-8", f"--encoding {encoding} not used: the file is UTF-8 Arabic text"
+    return named, None
+
+
+def _is_utf8_arabic(head: bytes) -> bool:
+    """Valid UTF-8 with Arabic words in it: no single-byte Arabic file reads that way."""
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if not (exc.start >= len(head) - 3 and exc.reason == "unexpected end of data"):
+            return False
+    return _UTF8_ARABIC_WORD.search(head) is not None
 
 
 def _codec_name(path: Path, encoding: str) -> str:

@@ -50,6 +50,7 @@ class ReadResult:
     frame: pl.DataFrame
     format: str  # csv | xlsx | parquet
     encoding: str | None = None  # CSV: the encoding used
+    encoding_overridden: str | None = None  # CSV: why the --encoding named was not used
     separator: str | None = None  # CSV: the field separator used
     sheet: str | None = None  # XLSX: the sheet read
     passed_over: list[str] | None = None  # XLSX without --sheet: sheets before it not read
