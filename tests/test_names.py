@@ -82,6 +82,8 @@ TEXT = st.text(alphabet=ALPHABET, max_size=24) | st.builds(
         ["Jazan", "جازان", "جيزان"],
         ["Khobar", "Al Khobar", "al-khobar", "AlKhobar", "الخبر"],
         ["Hail", "Ha'il", "حائل", "حايل"],
+        ["Riyadh", "مدينة الرياض", "Riyadh City", "riyadh city", "مدينه الرياض"],
+        ["Al Kharj", "محافظة الخرج", "الخرج"],
     ],
 )
 def test_city_spellings_meet(spellings: list[str]) -> None:
@@ -158,8 +160,17 @@ def test_idempotent(value: str) -> None:
 def test_key_exprs_match_scalars() -> None:
     frame = pl.DataFrame(
         {
-            "city": ["Riyadh", "Jeddah", "جدة", None, "Nowhere", "Mecca"],
-            "district": ["Al Safa", "Al Safa", "حي الصفا", "Al Malqa", None, "Al Aziziyah"],
+            "city": ["Riyadh", "Jeddah", "جدة", None, "Nowhere", "Mecca", "مدينة الرياض", "City"],
+            "district": [
+                "Al Safa",
+                "Al Safa",
+                "حي الصفا",
+                "Al Malqa",
+                None,
+                "Al Aziziyah",
+                "مدينة العمال",
+                "Al Malqa",
+            ],
         }
     )
     out = frame.with_columns(ck=city_key_expr(pl.col("city"))).with_columns(
@@ -169,6 +180,12 @@ def test_key_exprs_match_scalars() -> None:
     expected_d = [district_key(d, c) for d, c in zip(frame["district"], expected_c, strict=True)]
     assert out["ck"].to_list() == expected_c
     assert out["dk"].to_list() == expected_d
+
+
+def test_words_naming_a_city_are_dropped_from_cities_only() -> None:
+    assert city_key("مدينة الرياض") == city_key("Riyadh") == "الرياض"
+    assert district_key("مدينة العمال") == "مدينه العمال"  # a district called "Workers' City"
+    assert city_key("Madinah") == city_key("المدينة") == "المدينه المنوره"
 
 
 def test_alias_file_loads_without_conflicts() -> None:

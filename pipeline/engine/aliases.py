@@ -19,6 +19,10 @@ from pipeline.engine.names import normalize_name, normalize_name_expr
 
 # Joins a city key and a district key into one string key; neither can contain it.
 _SEP = "\x1f"
+# Words around a city's name that name no other city: "مدينة الرياض", "محافظة الخرج",
+# "Riyadh City" (normalised: ة -> ه, lower case). No city of the table begins or ends so;
+# districts can ("مدينة العمال"), so they keep them.
+_CITY_WORDS = r"^(?:مدينه|محافظه) | city$"
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,10 @@ def load_aliases() -> Aliases:
 def city_key(name: str | None) -> str | None:
     """The benchmark-table city key of one city name."""
     key = normalize_name(name)
-    return None if key is None else load_aliases().cities.get(key, key)
+    if key is None:
+        return None
+    key = re.sub(_CITY_WORDS, "", key) or key
+    return load_aliases().cities.get(key, key)
 
 
 @lru_cache(maxsize=8192)
@@ -110,7 +117,9 @@ def district_key(name: str | None, city: str | None = None) -> str | None:
 
 def city_key_expr(expr: pl.Expr) -> pl.Expr:
     """`city_key` over a column of city names."""
-    return normalize_name_expr(expr).replace(load_aliases().cities)
+    key = normalize_name_expr(expr)
+    bare = key.str.replace_all(_CITY_WORDS, "")
+    return pl.when(bare != "").then(bare).otherwise(key).replace(load_aliases().cities)
 
 
 def district_key_expr(expr: pl.Expr, city_key: pl.Expr | None = None) -> pl.Expr:
