@@ -496,7 +496,9 @@ def test_a_missing_column_names_the_sheet_read_and_options_that_do_not_apply_war
     assert "(sheet 'Cover', the first with data; --sheet NAME reads another): no column for" in err
 
 
-def test_a_parquet_input_keeps_its_column_types_in_a_parquet_output(tmp_path, db):
+def test_a_parquet_input_keeps_its_column_types_in_a_parquet_output_and_numbers_in_a_workbook(
+    tmp_path, db
+):
     source = tmp_path / "typed.parquet"
     pl.DataFrame(
         {
@@ -511,8 +513,9 @@ def test_a_parquet_input_keeps_its_column_types_in_a_parquet_output(tmp_path, db
         }
     ).write_parquet(source)
     out, csv = tmp_path / "scored.parquet", tmp_path / "scored.csv"
+    book = tmp_path / "scored.xlsx"
     journal = str(tmp_path / "typed.journal")
-    args = ["score", str(source), "-o", str(out), "-o", str(csv), "--db", db]
+    args = ["score", str(source), "-o", str(out), "-o", str(csv), "-o", str(book), "--db", db]
     args += ["--workspace", "acme", "--quiet", "--journal", journal]
 
     for run in ("first", "unchanged rerun"):
@@ -524,6 +527,11 @@ def test_a_parquet_input_keeps_its_column_types_in_a_parquet_output(tmp_path, db
         text = pl.read_csv(csv, infer_schema=False)  # the CSV keeps the text the run read
         assert text["price"].to_list() == ["3000000.0", "0.0", "1250000.5"], run
         assert text["parking"].to_list() == ["true", "false", None], run
+        sheet = openpyxl.load_workbook(book)["Results"]
+        rows = list(sheet.iter_rows(min_row=2, max_col=8, values_only=True))
+        assert [r[3] for r in rows] == [3_000_000, 0, 1_250_000.5], run  # numbers, not text
+        assert [r[0] for r in rows] == [101, 102, 103] and [r[4] for r in rows] == [400, 90, 500]
+        assert [r[5] for r in rows] == ["2026-10-01", None, "2026-11-02"], run  # as read
     assert balance(db) == 5000 - 2
 
 

@@ -506,10 +506,11 @@ def _answer_again(
 
 
 def _typed_input(options: BatchOptions) -> pl.DataFrame | None:
-    """A Parquet input's typed columns, for a Parquet output (see pipeline.io.parquet_types)."""
+    """A Parquet input's typed columns, for a Parquet or XLSX output (see
+    pipeline.io.parquet_types)."""
     if check_input(options.input) != "parquet":
         return None
-    if not any(output_format(o) == "parquet" for o in options.outputs):
+    if not any(output_format(o) in ("parquet", "xlsx") for o in options.outputs):
         return None
     return typed_input(options.input)
 

@@ -29,9 +29,12 @@ def typed_input(source: Path) -> pl.DataFrame | None:
         return None  # read as text already; the output keeps that text
 
 
-def with_input_types(results: pl.DataFrame, typed: pl.DataFrame | None) -> pl.DataFrame:
+def with_input_types(
+    results: pl.DataFrame, typed: pl.DataFrame | None, *, numeric_only: bool = False
+) -> pl.DataFrame:
     """`results` (the input's columns, then RESULT_COLUMNS) with each input column that holds
-    exactly the text of `typed`'s column of the same name replaced by that typed column."""
+    exactly the text of `typed`'s column of the same name replaced by that typed column
+    (`numeric_only`: only numbers, for a workbook, whose dates and the like stay text)."""
     if typed is None or typed.height < results.height:
         return results
     typed = typed.head(results.height)  # trailing empty rows are not among the results
@@ -48,6 +51,8 @@ def with_input_types(results: pl.DataFrame, typed: pl.DataFrame | None) -> pl.Da
         column = typed.get_column(name)
         target = renames.get(final, final)
         if column.dtype == pl.String or target not in originals:
+            continue
+        if numeric_only and not column.dtype.is_numeric():
             continue
         if results.schema[target] != pl.String:
             continue

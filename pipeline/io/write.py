@@ -72,7 +72,8 @@ def write_output(
     """Write `results` (input columns as text, then RESULT_SCHEMA) to `path`.
 
     A Parquet output's input columns take their types back from `typed_input`, the Parquet
-    input as read by `pipeline.io.parquet_types.typed_input`.
+    input as read by `pipeline.io.parquet_types.typed_input`; a workbook's numeric ones do (a
+    float column's 3200000.0 is a number to write, not text someone typed).
 
     Only the workbook carries `rejects`, `summary` and `changes`; for CSV and Parquet the
     caller writes the rejects beside the output (`write_rejects_csv`). Raises OutputError
@@ -83,7 +84,8 @@ def write_output(
     if kind == "xlsx":
         from pipeline.io.xlsx_writer import write_xlsx
 
-        write_xlsx(path, results, rejects=rejects, summary=summary, changes=changes)
+        typed = with_input_types(results, typed_input, numeric_only=True)
+        write_xlsx(path, typed, rejects=rejects, summary=summary, changes=changes)
     elif kind == "csv":
         write_csv(path, results, bom=csv_bom)
     else:
