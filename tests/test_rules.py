@@ -98,6 +98,11 @@ def test_a_valid_request_passes():
         ),
         ({"location__city": ...}, "location.city", "location.city is required"),
         ({"location__city": "  "}, "location.city", "location.city must not be empty"),
+        ({"location__city": "\u200b"}, "location.city", "location.city must not be empty"),
+        ({"location__city": "\ufeff\u200f"}, "location.city", "location.city must not be empty"),
+        ({"location__city": "ـــ"}, "location.city", "location.city must not be empty"),
+        ({"location__city": "\u064b"}, "location.city", "location.city must not be empty"),
+        ({"location__city": "--"}, "location.city", "location.city must not be empty"),
         (
             {"location__lng": ...},
             "location.lng",

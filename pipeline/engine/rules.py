@@ -10,13 +10,13 @@ row, in the order of the request body, is the one reported.
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from pipeline.engine.names import STRIP_WHITESPACE
 from pipeline.engine.schema import FIELD_PATHS, PROPERTY_TYPES
 
 _TYPES = ", ".join(PROPERTY_TYPES)
@@ -69,6 +69,9 @@ MAXIMUM: dict[str, float] = {
     "age": 1000,
 }
 MINIMUM_AREA = 0.01  # m2
+# A name has a letter or a digit: spaces, zero-width and bidi marks, a BOM, tatweel (a letter
+# to Unicode, a stretch of line to a reader) or a lone diacritic name nothing.
+_LETTER_OR_DIGIT = r"[\p{L}\p{N}&&[^\x{0640}]]"
 
 
 def _at_most(column: str) -> Rule:
@@ -175,13 +178,18 @@ RULES: tuple[Rule, ...] = (
         "city",
         "not_blank",
         "location.city must not be empty",
-        _c("city").str.strip_chars() == "",
-        lambda row: row["city"] is not None and row["city"].strip(STRIP_WHITESPACE) == "",
+        ~_c("city").str.contains(_LETTER_OR_DIGIT),
+        lambda row: row["city"] is not None and not _names_something(row["city"]),
     ),
     *_coordinate("lat", "lng", 90),
     *_coordinate("lng", "lat", 180),
     _required("reasoning", " (true or false)"),
 )
+
+
+def _names_something(text: str) -> bool:
+    """`_LETTER_OR_DIGIT` for one value: a letter or a digit other than tatweel."""
+    return any(unicodedata.category(ch)[0] in "LN" and ch != "\u0640" for ch in text)
 
 
 def _first_broken_rule() -> pl.Expr:
