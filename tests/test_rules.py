@@ -69,7 +69,16 @@ def test_a_valid_request_passes():
             "property.price",
             "property.price must be a positive number (> 0)",
         ),
-        ({"property__price": math.inf}, "property.price", "property.price must be a finite number"),
+        (
+            {"property__price": math.inf},  # 1e400 in the JSON: too large, not "infinite"
+            "property.price",
+            "property.price must be at most 100,000,000,000",
+        ),
+        (
+            {"property__price": -math.inf},
+            "property.price",
+            "property.price must be a finite number",
+        ),
         ({"property__price": "900k"}, "property.price", "property.price must be a number"),
         ({"property__area": -50}, "property.area", "property.area must be a positive number (> 0)"),
         ({"property__area": math.nan}, "property.area", "property.area must be a finite number"),

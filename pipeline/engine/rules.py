@@ -77,7 +77,8 @@ _LETTER_OR_DIGIT = r"[\p{L}\p{N}&&[^\x{0640}]]"
 def _at_most(column: str) -> Rule:
     path, limit = FIELD_PATHS[column], MAXIMUM[column]
     return _number_rule(
-        column, "maximum", f"{path} must be at most {limit:,.0f}", _c(column) > limit,
+        column, "maximum", f"{path} must be at most {limit:,.0f}",
+        (_c(column) > limit) & _c(column).is_not_nan(),  # polars sorts NaN above everything
         lambda v: v > limit,
     )  # fmt: skip
 
@@ -92,8 +93,9 @@ def _finite(column: str) -> Rule:
 
 def _positive(column: str) -> list[Rule]:
     path = FIELD_PATHS[column]
-    return [
+    return [  # a number too large for a float (1e400) is said to be too large, not infinite
         _required(column),
+        _at_most(column),
         _finite(column),
         _number_rule(
             column,
@@ -102,7 +104,6 @@ def _positive(column: str) -> list[Rule]:
             _c(column) <= 0,
             lambda v: v <= 0,
         ),
-        _at_most(column),
     ]
 
 
@@ -110,6 +111,7 @@ def _whole_non_negative(column: str) -> list[Rule]:
     path = FIELD_PATHS[column]
     value = _c(column)
     return [
+        _at_most(column),
         _finite(column),
         _number_rule(
             column,
@@ -125,7 +127,6 @@ def _whole_non_negative(column: str) -> list[Rule]:
             value.floor() != value,
             lambda v: math.floor(v) != v,
         ),
-        _at_most(column),
     ]
 
 
