@@ -7,6 +7,7 @@ from datetime import date
 from pathlib import Path
 
 from pipeline.cli import main
+from pipeline.errors import OutputError
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
 
@@ -184,8 +185,11 @@ def test_a_night_that_fails_after_paying_says_what_it_paid(tmp_path, monkeypatch
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
     db = str(tmp_path / "ledger.db")
     night = tmp_path / "out" / "nightly" / date.today().isoformat()
-    (night / "portfolio-scored.xlsx").mkdir(parents=True)  # the workbook cannot be written
 
+    def disk_full(path, *args, **kwargs):  # the disk, the one thing a test cannot fill here
+        raise OutputError(f"{path}: cannot be written: [Errno 28] No space left on device")
+
+    monkeypatch.setattr("pipeline.io.xlsx_writer.write_xlsx", disk_full)
     assert main(["nightly", "--db", db]) == 1
     manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["decisions_spent"] == 360 and manifest["exit_code"] == 1
