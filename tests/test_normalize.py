@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -9,7 +11,13 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal, assert_series_equal
 
 from pipeline.batch.columns import MAPPED_FIELDS, ColumnMap
-from pipeline.batch.normalize import BOOLEAN_WORDS, TYPE_SYNONYMS, normalize, normalize_column
+from pipeline.batch.normalize import (
+    BOOLEAN_WORDS,
+    DOTTED_THOUSANDS,
+    TYPE_SYNONYMS,
+    normalize,
+    normalize_column,
+)
 from pipeline.engine.schema import PROPERTY_TYPES, REQUEST_SCHEMA
 
 IDENTITY = ColumnMap({name: name for name in MAPPED_FIELDS})
@@ -304,7 +312,10 @@ def test_arabic_digits_and_separators_read_as_their_ascii_form(
 ) -> None:
     ascii_form = f"{value:,.{places}f}"
     plain = ascii_form.replace(",", "")
-    assert column(name, [arabic(ascii_form)]) == column(name, [plain]) == [float(plain)]
+    # A price like 950.000 reads two ways (see DOTTED_THOUSANDS), however its digits are written
+    two_ways = name == "price" and re.fullmatch(DOTTED_THOUSANDS, plain) is not None
+    expected = None if two_ways else float(plain)
+    assert column(name, [arabic(ascii_form)]) == column(name, [plain]) == [expected]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -51,7 +51,7 @@ import polars as pl
 from pipeline.batch.columns import MAPPED_FIELDS, ColumnMap
 from pipeline.engine.schema import REQUEST_SCHEMA
 
-__all__ = ["BOOLEAN_WORDS", "TYPE_SYNONYMS", "normalize", "normalize_column"]
+__all__ = ["BOOLEAN_WORDS", "DOTTED_THOUSANDS", "TYPE_SYNONYMS", "normalize", "normalize_column"]
 
 V = TypeVar("V")
 
