@@ -18,14 +18,15 @@ from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks, attach
 from pipeline.engine.reasoning import Explanation, Reasoner, TemplateReasoner
 from pipeline.engine.rules import first_violation
 from pipeline.engine.schema import BENCHMARK_FIELDS
-from pipeline.engine.scoring import score_frame, score_row
+from pipeline.engine.scoring import reported_percentiles_row, score_frame, score_row
 from pipeline.errors import RequestValidationError
 
 if TYPE_CHECKING:  # pydantic's models cost a batch run 0.15 s to import and it needs none
     from pipeline.engine.models import DecisionRequest
 
 # Bump when a formula or threshold changes: stored results of another version are stale.
-FORMULA_VERSION = "1"
+# 2: the benchmark's percentiles are reported scaled to the property type.
+FORMULA_VERSION = "2"
 
 
 class Engine:
@@ -87,9 +88,11 @@ class Engine:
 
 
 def benchmark_body(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The spec's `benchmark` object of a scored row, its percentiles scaled to the type."""
     if row.get("benchmark_level") is None:
         return None
-    return {name: row[f"benchmark_{name}"] for name in BENCHMARK_FIELDS}
+    reported = {**row, **reported_percentiles_row(row)}
+    return {name: reported[f"benchmark_{name}"] for name in BENCHMARK_FIELDS}
 
 
 def decision_body(row: Mapping[str, Any], explanation: Explanation | None) -> dict[str, Any]:

@@ -127,6 +127,28 @@ def type_adjusted(name: str) -> pl.Expr:
     return pl.col(f"benchmark_{name}_sqm") * pl.col("type_factor").fill_null(1.0)
 
 
+PERCENTILES = ("median", "p25", "p75")
+
+
+def reported_percentiles() -> list[pl.Expr]:
+    """The benchmark's percentiles as a decision reports them: scaled to the property type, as
+    the price bucket places the price on them, to the halala. The spec defines p25 as the
+    price at or below which a property is well priced and p75 as the one above which it is
+    expensive; an all-deeds figure would contradict the price score for any type whose level
+    differs from the area's mix. Applied to a scored frame, after the explanation (which
+    states the all-deeds median and the factor)."""
+    return [type_adjusted(k).round(2).alias(f"benchmark_{k}_sqm") for k in PERCENTILES]
+
+
+def reported_percentiles_row(row: Row) -> dict[str, float | None]:
+    """`reported_percentiles` for one row."""
+    reported = {}
+    for name in PERCENTILES:
+        value = _type_adjusted_row(row, name)
+        reported[f"benchmark_{name}_sqm"] = None if value is None else round(value * 100) / 100
+    return reported
+
+
 def price_bucket() -> pl.Expr:
     """Price per m2 against the type-adjusted p25 / median / p75; never rises with price."""
     ppsqm = _ppsqm()

@@ -25,11 +25,12 @@ from pipeline.batch.scorers.base import (
 )
 from pipeline.engine.engine import Engine
 from pipeline.engine.schema import REQUEST_SCHEMA
+from pipeline.engine.scoring import reported_percentiles
 from pipeline.errors import IdempotencyKeyReused, InsufficientDecisions
 from pipeline.ledger.base import ChargeRequest, Ledger
 
 _REASONING_COLUMNS = ("reasoning_en", "reasoning_ar", "key_factors", "risk_flags")
-_ANSWER_COLUMNS = frozenset(OUTPUT_SCHEMA) | {"cost", "reasoning"}
+_ANSWER_COLUMNS = frozenset(OUTPUT_SCHEMA) | {"cost", "reasoning", "type_factor"}
 
 
 class LocalScorer:
@@ -129,7 +130,7 @@ class LocalScorer:
             error_field=pl.lit(None, pl.String),
             error_message=pl.lit(None, pl.String),
         )
-        scored = _with_reasoning(self.engine, scored)
+        scored = _with_reasoning(self.engine, scored).with_columns(reported_percentiles())
         return scored.select(
             pl.col(name).cast(dtype) if name in scored.columns else pl.lit(None, dtype).alias(name)
             for name, dtype in OUTPUT_SCHEMA.items()
