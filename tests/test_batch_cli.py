@@ -620,3 +620,15 @@ def test_numbers_that_read_two_ways_are_rejected_saying_why_not_scored(tmp_path,
         assert "with '.' for decimals and ',' (or nothing) between thousands" in message
     assert frame["error_message"][0].startswith("row 1, column 'price': '950.000': ")
     assert balance(db) == 5000 - 1
+
+
+def test_without_a_terminal_the_log_says_each_output_is_written(tmp_path, db, capsys):
+    out = tmp_path / "scored.csv"
+    journal = str(tmp_path / "log.journal")
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(out), "--db", db]
+    assert main([*args, "--workspace", "acme", "--journal", journal]) == 0
+    log = capsys.readouterr().err.splitlines()
+    assert any(line.endswith(f"writing scored.csv: 0/{PORTFOLIO_ROWS} rows, "
+                             f"{DISTINCT_VALID} decisions spent") for line in log)  # fmt: skip
+    done = f"{PORTFOLIO_ROWS}/{PORTFOLIO_ROWS} rows, {DISTINCT_VALID} decisions spent"
+    assert log[-1].endswith(f"writing scored.csv: {done}")

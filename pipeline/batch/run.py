@@ -735,6 +735,7 @@ def run_batch(
                     csv_bom=options.csv_bom, typed_input=typed,
                 )  # fmt: skip
                 written.append(output)
+                progress(f"writing {output.name}", results.height, results.height, budget.spent)
                 if keeping is not None and output == parquet:
                     copy = beside.submit(keeping.write_last_run, results, rejects, written=output)
                     saved.append(copy)
