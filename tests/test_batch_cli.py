@@ -466,6 +466,7 @@ def test_a_blank_line_in_the_table_is_rejected_as_an_empty_row(tmp_path, db):
     assert frame["status"].to_list() == ["scored", "rejected", "rejected", "scored"]
     assert frame["error_code"].to_list() == [None, "empty_row", "empty_row", None]
     assert frame["error_message"][1] == "row 2 is empty: a blank line in the table"
+    assert frame["error_field"].to_list() == [None] * 4  # a blank line has no field to blame
     assert balance(db) == 5000 - 2
 
 

@@ -94,7 +94,7 @@ class Prepared:
     raw: pl.DataFrame  # the file as read: text cells, original headers
     mapping: ColumnMap
     requests: pl.DataFrame  # REQUEST_SCHEMA columns + row_number
-    problems: pl.DataFrame  # reject_reasons() per row
+    problems: pl.DataFrame  # reject_reasons() per row; a row is rejected when its error_code is set
     # how the file was read, for the summary: the sheet (and those passed over), a title
     notes: list[tuple[str, object]] = field(default_factory=list)
 
@@ -301,7 +301,7 @@ def _merge_reasoning(results: pl.DataFrame, explained: pl.DataFrame) -> pl.DataF
 def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
     """Every input row once, in input order: original columns, then the result columns."""
     problems = prepared.problems
-    rejected = problems["error_field"].is_not_null()
+    rejected = problems["error_code"].is_not_null()
     rows = prepared.raw.height
     # Positions, not joins: request_id and row_number are 1-based row numbers of the file.
     answer_of_request = scattered(
@@ -328,7 +328,7 @@ def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> p
 def rejects_table(prepared: Prepared) -> pl.DataFrame:
     problems = prepared.problems.with_columns(row_number=prepared.requests["row_number"])
     return (
-        problems.filter(pl.col("error_field").is_not_null())
+        problems.filter(pl.col("error_code").is_not_null())
         .select(
             pl.col("row_number"),
             pl.col("error_column").alias("column"),
@@ -562,7 +562,7 @@ def make_plan(
         worst = new_cost + reasoning + in_doubt_cost + COST_WITH_REASONING * unknown
     return Plan(
         rows_total=prepared.raw.height,
-        rejected=int(prepared.problems["error_field"].is_not_null().sum()),
+        rejected=int(prepared.problems["error_code"].is_not_null().sum()),
         duplicates=keyed.height - unique.height,
         already_scored=first.reuse.height,
         in_doubt=in_doubt,
@@ -652,7 +652,7 @@ def run_batch(
         check_output_capacity(output, prepared.raw.height, width)
     progress("read", prepared.raw.height, prepared.raw.height, 0)
 
-    valid = prepared.requests.filter(pl.lit(prepared.problems["error_field"].is_null()))
+    valid = prepared.requests.filter(pl.lit(prepared.problems["error_code"].is_null()))
     keyed = distinct_requests(costed(valid, options.reasoning == "all", scorer.version))
     unique = keyed.filter(pl.col("first")).drop("first", "row_number")
     if dry_run:

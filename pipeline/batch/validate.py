@@ -69,7 +69,8 @@ def reject_reasons(
 ) -> pl.DataFrame:
     """Per input row: error_code, error_field, error_message, error_column, error_value.
 
-    All null for a valid row. `raw` is the file as read (text), `requests` its normalised
+    All null for a valid row; `error_code` set for every rejected one (a blank line has no
+    field or column). `raw` is the file as read (text), `requests` its normalised
     request frame, `row_numbers` the 1-based data row numbers used in messages.
     """
     unread = _unreadable_cell(raw, requests, mapping)
@@ -131,9 +132,9 @@ def reject_reasons(
         error_code=pl.when(pl.col("empty"))
         .then(pl.lit(EMPTY_ROW))
         .otherwise(pl.lit("validation_error")),
-        error_field=pl.col("error_field"),
-        error_message=message,
-        error_column=pl.col("header"),
+        error_field=pl.when(~pl.col("empty")).then(pl.col("error_field")),  # a blank line
+        error_message=message,  # breaks no field's rule: it has no field
+        error_column=pl.when(~pl.col("empty")).then(pl.col("header")),
         error_value=pl.col("value"),
     )
     return pl.DataFrame([scattered(reasons[c], picked, bad.len()) for c in reasons.columns])
