@@ -633,3 +633,33 @@ def test_without_a_terminal_the_log_says_each_output_is_written(tmp_path, db, ca
                              f"{DISTINCT_VALID} decisions spent") for line in log)  # fmt: skip
     done = f"{PORTFOLIO_ROWS}/{PORTFOLIO_ROWS} rows, {DISTINCT_VALID} decisions spent"
     assert log[-1].endswith(f"writing scored.csv: {done}")
+
+
+def test_answers_paid_with_reasoning_are_reused_by_a_run_that_asks_for_less(tmp_path, db, capsys):
+    journal = str(tmp_path / "modes.journal")
+
+    def run(mode: str, *extra: str) -> dict:
+        out = tmp_path / f"{mode}.csv"
+        args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(out), "--db", db,
+                "--workspace", "acme", "--journal", journal, "--reasoning", mode,
+                "--json"]  # fmt: skip
+        capsys.readouterr()
+        assert main([*args, *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert run("all")["decisions_spent"] == 3 * DISTINCT_VALID
+    plan = run("none", "--dry-run")
+    assert plan["already_scored"] == DISTINCT_VALID and plan["scoring_decisions"] == 0
+    assert run("none")["decisions_spent"] == 0
+    assert run("borderline")["decisions_spent"] == 0  # the partial rows' explanations too
+    assert balance(db) == 5000 - 3 * DISTINCT_VALID
+
+    explained = pl.read_csv(tmp_path / "all.csv", infer_schema=False)
+    scored = pl.read_csv(tmp_path / "none.csv", infer_schema=False)
+    same = ["status", "verdict", "score", "price_score", "benchmark_p25_sqm", "risk_flags"]
+    assert scored.select(same[:-1]).equals(explained.select(same[:-1]))
+    assert scored["reasoning_en"].null_count() == PORTFOLIO_ROWS  # none asked for, none given
+    assert scored["decisions_used"].cast(pl.Int64).sum() == 0
+    borderline = pl.read_csv(tmp_path / "borderline.csv", infer_schema=False)
+    partial = borderline.filter(pl.col("verdict") == "partial")
+    assert partial["reasoning_en"].null_count() == 0

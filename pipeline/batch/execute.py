@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipeline.batch.budget import Budget
-from pipeline.batch.journal import Journal
+from pipeline.batch.fingerprint import request_fingerprints
+from pipeline.batch.journal import STATE_SCHEMA, Journal
 from pipeline.batch.scorers.base import (
     OUTPUT_SCHEMA,
     SKIPPED_BALANCE,
@@ -71,6 +72,39 @@ def triage(
         reuse=joined.filter(done),
         in_doubt=joined.filter(doubt & ~done),
         new=joined.filter(~done.fill_null(False) & ~doubt.fill_null(False)),
+    )
+
+
+def with_explained_answers(
+    triaged: Triage,
+    journal: Journal | None,
+    version: str,
+    *,
+    freshness_days: float,
+    now: float,
+) -> tuple[Triage, pl.Series]:
+    """A scoring pass (no reasoning) whose new requests an earlier run answered with reasoning
+    (`--reasoning all`): those answers hold their verdicts and scores, so they are reused, free,
+    instead of being paid for again. The ids of the requests so answered, whose explanation
+    the caller drops (this pass asked for none)."""
+    ids = pl.Series("request_id", [], dtype=triaged.new.schema.get("request_id", pl.Int64))
+    if journal is None or triaged.new.is_empty():
+        return triaged, ids
+    asked = triaged.new.drop([c for c in STATE_SCHEMA if c != "fingerprint"], strict=False)
+    explained = asked.with_columns(
+        fingerprint=request_fingerprints(asked.with_columns(reasoning=pl.lit(True)), version)
+    )
+    found = triage(explained, journal, freshness_days=freshness_days, now=now).reuse
+    if found.is_empty():
+        return triaged, ids
+    ids = found["request_id"]
+    return (
+        Triage(
+            reuse=pl.concat([triaged.reuse, found], how="vertical_relaxed"),
+            in_doubt=triaged.in_doubt,
+            new=triaged.new.filter(~pl.col("request_id").is_in(ids.implode())),
+        ),
+        ids,
     )
 
 

@@ -28,7 +28,14 @@ from pipeline.batch.columns import (
     load_column_config,
     map_columns,
 )
-from pipeline.batch.execute import SECONDS_PER_DAY, Executor, now, triage
+from pipeline.batch.execute import (
+    SECONDS_PER_DAY,
+    Executor,
+    Triage,
+    now,
+    triage,
+    with_explained_answers,
+)
 from pipeline.batch.fingerprint import request_fingerprints
 from pipeline.batch.header_row import header_below_title
 from pipeline.batch.journal import Journal
@@ -252,8 +259,9 @@ def score_requests(
         return lambda done, spent: progress(stage, done, total, spent)
 
     first = prioritised(unique, context.raw, context.options.priority)
-    triaged = triage(first, executor.journal, freshness_days=context.freshness_days, now=now())
+    triaged, explained_before = _first_pass(first, executor.journal, executor.scorer, context)
     results = executor.run(triaged, report("scoring", unique.height), keep_costs=context.resuming)
+    results = _without_explanations(results, explained_before)
     if mode != "borderline":
         return results
     partial_ids = results.filter(pl.col("verdict") == "partial").select("request_id")
@@ -270,9 +278,37 @@ def score_requests(
     return _merge_reasoning(results, explained)
 
 
+REASONING_COLUMNS = ("reasoning_en", "reasoning_ar", "key_factors", "risk_flags")
+
+
+def _first_pass(
+    requests: pl.DataFrame, journal: Journal | None, scorer: Scorer, context: RunContext
+) -> tuple[Triage, pl.Series]:
+    """The first pass's requests by journal state; when that pass asks for no reasoning, the
+    answers an earlier run gave them with reasoning count as done (see with_explained_answers),
+    and the ids of those come back too."""
+    days, at = context.freshness_days, now()
+    triaged = triage(requests, journal, freshness_days=days, now=at)
+    if context.options.reasoning == "all":
+        return triaged, requests["request_id"].clear()
+    return with_explained_answers(triaged, journal, scorer.version, freshness_days=days, now=at)
+
+
+def _without_explanations(results: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
+    """`results` with the rows of `ids` (answered from a reasoning request) as a scoring pass
+    answers: no explanation, and nothing paid by this run."""
+    if ids.is_empty():
+        return results
+    taken = pl.col("request_id").is_in(ids.implode())
+    return results.with_columns(
+        *(pl.when(taken).then(None).otherwise(c).alias(c) for c in REASONING_COLUMNS),
+        decisions_used=pl.when(taken).then(0).otherwise("decisions_used"),
+    )
+
+
 def _merge_reasoning(results: pl.DataFrame, explained: pl.DataFrame) -> pl.DataFrame:
     """Borderline mode: the reasoning pass's text and cost onto the scoring pass's rows."""
-    reasoning_columns = ["reasoning_en", "reasoning_ar", "key_factors", "risk_flags"]
+    reasoning_columns = list(REASONING_COLUMNS)
     extra = explained.select(
         "request_id",
         *(pl.col(c).alias(f"_{c}") for c in reasoning_columns),
@@ -538,6 +574,10 @@ def make_plan(
 ) -> Plan:  # fmt: skip
     mode = options.reasoning
     first = triage(unique, journal, freshness_days=freshness_days, now=now())
+    if mode != "all":
+        first, _ = with_explained_answers(
+            first, journal, scorer.version, freshness_days=freshness_days, now=now()
+        )
     to_send = first.new.height + first.in_doubt.height
     in_doubt = first.in_doubt.height
     new_cost = int(first.new["cost"].sum() or 0)
