@@ -663,3 +663,35 @@ def test_answers_paid_with_reasoning_are_reused_by_a_run_that_asks_for_less(tmp_
     borderline = pl.read_csv(tmp_path / "borderline.csv", infer_schema=False)
     partial = borderline.filter(pl.col("verdict") == "partial")
     assert partial["reasoning_en"].null_count() == 0
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate"])
+def test_a_lost_answers_file_puts_its_rows_in_doubt_and_they_are_not_paid_again(
+    tmp_path, db, damage
+):
+    journal = tmp_path / "lost.journal"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    assert main([*args, "--budget", "100"]) == 3
+    answers = list(journal.with_suffix(".results").glob("*.answers.parquet"))
+    assert answers
+    for path in answers:
+        path.unlink() if damage == "delete" else path.write_bytes(b"")
+    assert main(args) == 0  # the first hundred are replayed from the ledger, free
+    assert balance(db) == 5000 - DISTINCT_VALID
+    frame = pl.read_csv(tmp_path / "out.csv", infer_schema=False)
+    assert frame["status"].value_counts().sort("status").rows() == [
+        ("rejected", REJECTED), ("scored", PORTFOLIO_ROWS - REJECTED),
+    ]  # fmt: skip
+
+
+def test_a_lost_rows_file_stops_the_run_saying_what_is_lost(tmp_path, db, capsys):
+    journal = tmp_path / "lost.journal"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    assert main([*args, "--budget", "100"]) == 3
+    for path in journal.with_suffix(".results").glob("*.rows.parquet"):
+        path.unlink()
+    assert main(args) == 2
+    assert "has lost the rows file of a batch it sent" in capsys.readouterr().err
+    assert balance(db) == 5000 - 100

@@ -183,7 +183,7 @@ class Journal:
         is in more than one. A million rows: 0.5 s (joins and a sort took 2.1 s).
         """
         asked = fingerprints.to_frame("fingerprint")
-        batches = self._batches()
+        batches = [self._as_stored(batch) for batch in self._batches()]
         if not batches:
             return asked.join(pl.DataFrame(schema=STATE_SCHEMA), on="fingerprint", how="left")
         sent = pl.Series([state != "done" for _, state, *_ in batches])
@@ -220,6 +220,31 @@ class Journal:
             pl.col(c).cast(t) if c != "state" else state.alias(c) for c, t in STATE_SCHEMA.items()
         )
         return asked.join(known, on="fingerprint", how="left", maintain_order="left")
+
+    def _as_stored(
+        self, batch: tuple[str, str, str, str | None, float]
+    ) -> tuple[str, str, str, str | None, float]:
+        """A batch as its files say: one whose answers file is gone or damaged (a disk
+        cleaned up, a copy cut short) counts as sent and unanswered, so its rows are in doubt
+        and go again under their keys, where the first charge is replayed, not paid again."""
+        batch_key, _, rows_file, answers_file, created_at = batch
+        if not self._readable(rows_file):
+            raise UsageError(
+                f"the run journal {self.path} has lost the rows file of a batch it sent "
+                f"({self.files / rows_file}): which of its requests were paid, and under which "
+                "keys, is no longer known. Restore the file, or run with --fresh to score "
+                "(and pay for) everything again"
+            )
+        if answers_file is not None and not self._readable(answers_file):
+            return batch_key, "sent", rows_file, None, created_at
+        return batch
+
+    def _readable(self, name: str) -> bool:
+        try:
+            pl.read_parquet_schema(self.files / name)
+        except (OSError, pl.exceptions.PolarsError):
+            return False
+        return True
 
     def _scan_each(self, names: list[str | None], columns: list[str] | None = None) -> pl.DataFrame:
         """The Parquet files `names` (None: no file) read in one scan, in order, each row with
@@ -341,11 +366,15 @@ class Journal:
         self._db.execute("DELETE FROM batches WHERE batch_key = ?", (batch_key,))
 
     def _batch_files(self, batch_key: str) -> tuple[str | None, str | None] | None:
-        """(rows file, answers file) of a batch the journal holds, or None."""
+        """(rows file, answers file) of a batch the journal holds, or None; an answers file
+        that cannot be read counts as none (see `_as_stored`)."""
         self.flush()
-        return self._db.execute(
+        found = self._db.execute(
             "SELECT rows_file, answers_file FROM batches WHERE batch_key = ?", (batch_key,)
         ).fetchone()
+        if found is None or found[1] is None or self._readable(found[1]):
+            return found
+        return found[0], None
 
     def record(self, answers: pl.DataFrame, batch_key: str) -> None:
         """After the answers: every row's answer (fingerprint + status + result columns), then
