@@ -129,5 +129,11 @@ class RequestInProgress(LedgerError):
     code = "request_in_progress"
 
 
+class Interrupted(PipelineError):
+    """A batch run stopped by Ctrl-C or a stop signal (SIGTERM: cron, systemd, a timeout)."""
+
+    exit_code = 130
+
+
 class OutputError(PipelineError):
     pass

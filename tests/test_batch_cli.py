@@ -695,3 +695,42 @@ def test_a_lost_rows_file_stops_the_run_saying_what_is_lost(tmp_path, db, capsys
     assert main(args) == 2
     assert "has lost the rows file of a batch it sent" in capsys.readouterr().err
     assert balance(db) == 5000 - 100
+
+
+def test_a_stop_signal_mid_run_says_how_to_go_on_and_the_rerun_pays_only_the_rest(
+    tmp_path, db, capsys, monkeypatch
+):
+    import os
+    import signal
+
+    from pipeline.batch.scorers.local import LocalScorer
+
+    settings = tmp_path / "settings.toml"  # small batches, so the run is stopped between two
+    table = SAMPLE / "benchmarks.csv"
+    settings.write_text(
+        f'[benchmarks]\ntable = "{table}"\n[batch]\nchunk_rows = 50\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    score_batch = LocalScorer.score
+
+    def score_then_stop(self, *args, **kwargs):  # cron's timeout arrives after a batch
+        answers = score_batch(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return answers
+
+    monkeypatch.setattr(LocalScorer, "score", score_then_stop)
+    manifest = tmp_path / "manifest.json"
+    journal = str(tmp_path / "stop.journal")
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", journal, "--quiet"]  # fmt: skip
+    assert main([*args, "--manifest", str(manifest)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted; what was scored and paid is kept in the run journal" in err
+    assert "Run the same command again to go on" in err
+    assert json.loads(manifest.read_text())["exit_code"] == 130
+    assert balance(db) == 5000 - 50  # one batch paid before the signal
+
+    monkeypatch.setattr(LocalScorer, "score", score_batch)
+    assert main(args) == 0
+    assert balance(db) == 5000 - DISTINCT_VALID
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

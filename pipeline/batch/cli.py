@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
-from contextlib import nullcontext
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib import metadata
@@ -17,7 +20,7 @@ from pipeline.batch.columns import load_column_config
 from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import BatchOptions, BatchOutcome, Plan, run_batch
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
-from pipeline.errors import PipelineError
+from pipeline.errors import Interrupted, PipelineError
 from pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -143,11 +146,38 @@ def _warn_unused_read_options(args: argparse.Namespace) -> None:
 def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
     started = datetime.now(UTC)
     try:
-        return _score(args, settings)
+        with _stop_signal_interrupts():
+            try:
+                return _score(args, settings)
+            except KeyboardInterrupt:
+                raise Interrupted(
+                    "interrupted; what was scored and paid is kept in the run journal. Run the "
+                    "same command again to go on (nothing paid is paid twice):\n  "
+                    + command_line(sys.argv)
+                ) from None
     except PipelineError as exc:
         if args.manifest is not None:
             _record_failure(args, settings, exc, started)
         raise
+
+
+@contextmanager
+def _stop_signal_interrupts() -> Iterator[None]:
+    """SIGTERM (what cron, systemd and timeouts send) stops a run as Ctrl-C does: the run
+    unwinds (its journal closed, its lock released) and says how to go on, instead of dying
+    silently."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _record_failure(
@@ -318,7 +348,8 @@ def failure_manifest(
         "rows": None,
         "status": {},
         "verdict": {},
-        "decisions_spent": 0,
+        # an interrupted run may have paid for batches: what, the ledger and the journal know
+        "decisions_spent": None if isinstance(error, Interrupted) else 0,
         "balance_before": None,
         "balance_after": None,
         "workspace": workspace,
