@@ -82,7 +82,7 @@ def test_retryable_statuses_are_retried_with_the_same_key(status):
     assert len(seen) == 3 and len(set(seen)) == 1
 
 
-def test_connection_errors_are_retried_then_fail_after_the_bound():
+def test_connection_errors_are_retried_then_stop_the_run_after_the_bound():
     calls = 0
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -90,10 +90,12 @@ def test_connection_errors_are_retried_then_fail_after_the_bound():
         calls += 1
         raise httpx.ConnectError("refused")
 
-    result = run(scorer_with(handler))
-    assert calls == 4
-    assert result.row(0, named=True)["error_code"] == "service_unavailable"
-    assert "run the same command again" in result["error_message"][0]
+    result = run(scorer_with(handler, concurrency=1), n=50)
+    assert calls == 4  # one row's retries tell the service is down: the other 49 wait
+    assert result["status"].to_list() == ["failed"] * 50
+    assert result["error_code"].unique().to_list() == ["service_unavailable"]
+    assert "could not be reached" in result["error_message"][0]
+    assert "run the same command again once it is back" in result["error_message"][0]
 
 
 @pytest.mark.parametrize("status", [400, 403, 413, 415])

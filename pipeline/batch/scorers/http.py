@@ -445,19 +445,22 @@ class HttpScorer:
             self.requests_sent += 1
             return await sender(content, key)
 
-        request_id = row["request_id"]
         try:
             response, attempts = await send_with_retry(
                 send, self.config.retry, self._pause, stopped=self._stopped
             )
         except RetriesExhausted as exc:
-            return _error_row(
-                request_id,
+            # Unreachable through every retry: the service is down, and each row left would
+            # spend its own retries finding that out (a day for 200,000 rows). The run stops;
+            # the rows not answered stay in doubt under their keys for the next run.
+            stop = _Stop(
                 "failed",
                 "service_unavailable",
-                f"the service did not answer ({exc}); run the same command again: the same "
-                "idempotency key makes the retry safe",
+                f"the service at {self.url} could not be reached ({exc}), so the run stopped; "
+                "run the same command again once it is back: the same idempotency keys make "
+                "the retry safe",
             )
+            return self._halt(stop, fatal=True)
         return self._answer(row, response, attempts)
 
     def _answer(
