@@ -734,3 +734,14 @@ def test_a_stop_signal_mid_run_says_how_to_go_on_and_the_rerun_pays_only_the_res
     assert main(args) == 0
     assert balance(db) == 5000 - DISTINCT_VALID
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_with_json_a_failed_run_still_prints_a_document(tmp_path, db, capsys):
+    missing = tmp_path / "nope.csv"
+    code = main(["score", str(missing), "-o", str(tmp_path / "o.csv"), "--db", db,
+                 "--workspace", "acme", "--json"])  # fmt: skip
+    assert code == 2
+    out = capsys.readouterr()
+    record = json.loads(out.out)
+    assert record["exit_code"] == 2 and "no such file" in record["error"]
+    assert record["decisions_spent"] == 0 and "no such file" in out.err

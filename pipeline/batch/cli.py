@@ -158,6 +158,9 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
     except PipelineError as exc:
         if args.manifest is not None:
             _record_failure(args, settings, exc, started)
+        if args.json:  # a script reading stdout gets a document, failed or not
+            print(json.dumps(_failure_record(args, settings, exc, started), ensure_ascii=False,
+                             indent=2))  # fmt: skip
         raise
 
 
@@ -180,6 +183,20 @@ def _stop_signal_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _failure_record(
+    args: argparse.Namespace, settings: Settings, error: PipelineError, started: datetime
+) -> dict[str, Any]:
+    """The summary of a run that failed, if it got as far as one (what it paid shows), else a
+    record of the error."""
+    outcome = getattr(error, "outcome", None)
+    if outcome is not None:
+        manifest = summary_json(outcome, error.scorer_version)  # type: ignore[arg-type]
+        return manifest | {"exit_code": error.exit_code, "error": str(error)}
+    remote = service_url(args.api_url)
+    workspace = args.workspace or (None if remote else settings.ledger.workspace)
+    return failure_manifest(error, started, args.input, workspace)
+
+
 def _record_failure(
     args: argparse.Namespace, settings: Settings, error: PipelineError, started: datetime
 ) -> None:
@@ -188,16 +205,9 @@ def _record_failure(
     night's earlier run: its record stays)."""
     from pipeline.batch.nightly import records_a_run
 
-    outcome = getattr(error, "outcome", None)
-    if outcome is not None:
-        manifest = summary_json(outcome, error.scorer_version)  # type: ignore[arg-type]
-        manifest |= {"exit_code": error.exit_code, "error": str(error)}
-    elif records_a_run(args.manifest):
+    if getattr(error, "outcome", None) is None and records_a_run(args.manifest):
         return
-    else:
-        remote = service_url(args.api_url)
-        workspace = args.workspace or (None if remote else settings.ledger.workspace)
-        manifest = failure_manifest(error, started, args.input, workspace)
+    manifest = _failure_record(args, settings, error, started)
     try:
         write_manifest(args.manifest, manifest)
     except (OSError, PipelineError) as exc:  # the run's own error is the one to report
