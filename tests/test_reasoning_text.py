@@ -72,6 +72,16 @@ def test_names_as_written_are_tidied_and_ages_read_as_english(engine):
     assert "المبنى جديد" in explain(engine, "Riyadh", age=0)["reasoning_ar"]
 
 
+def test_places_written_in_arabic_are_named_in_english_where_an_english_name_is_known(engine):
+    assert (
+        "for an apartment in Al Malqa, Riyadh,"
+        in explain(engine, "الرياض", "الملقا")["reasoning_en"]
+    )
+    assert "in Riyadh," in explain(engine, "مدينة الرياض")["reasoning_en"]
+    district = "اشبيليه المنطقه الرابعه عشر"  # no English name known: as written
+    assert f"in {district}, Abqaiq," in explain(engine, "ابقيق", district)["reasoning_en"]
+
+
 def test_office_figures_are_said_to_be_the_commercial_ones(engine):
     reasoning = explain(engine, "Riyadh", "Al Malqa", type="office")["reasoning_en"]
     assert reasoning.count("commercial sales (no figure is published for offices)") == 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from importlib import resources
 
@@ -33,6 +33,8 @@ class Aliases:
     cities: dict[str, str]
     districts_in_city: dict[str, str]
     districts: dict[str, str]
+    # city key, or `city_key<SEP>district_key` -> the place's first English spelling
+    english: dict[str, str] = field(default_factory=dict)
 
 
 def _key(name: str) -> str:
@@ -64,8 +66,10 @@ def parse_aliases(text: str) -> Aliases:
     """Build the lookup maps from the TOML text; a spelling naming two places is an error."""
     data = tomllib.loads(text)
     cities: dict[str, str] = {}
+    english: dict[str, str] = {}
     for arabic, spellings in data.get("cities", {}).items():
         target = _key(arabic)
+        _first_english(english, target, spellings)
         for spelling in spellings:
             for variant in _variants(spelling) - {target}:
                 _add(cities, variant, target, "cities")
@@ -76,12 +80,29 @@ def parse_aliases(text: str) -> Aliases:
         city_key = _key(city)
         for arabic, spellings in districts.items():
             target = _key(arabic)
+            _first_english(english, f"{city_key}{_SEP}{target}", spellings)
             for spelling in spellings:
                 for variant in _variants(spelling) - {target}:
                     _add(in_city, f"{city_key}{_SEP}{variant}", target, f"districts of {city}")
                     anywhere.setdefault(variant, set()).add(target)
     unambiguous = {k: next(iter(v)) for k, v in anywhere.items() if len(v) == 1}
-    return Aliases(cities=cities, districts_in_city=in_city, districts=unambiguous)
+    return Aliases(cities=cities, districts_in_city=in_city, districts=unambiguous, english=english)
+
+
+def _first_english(english: dict[str, str], key: str, spellings: list[str]) -> None:
+    found = next((s for s in spellings if s.isascii()), None)
+    if found is not None:
+        english.setdefault(key, found)
+
+
+def english_name(city_key: str | None, district_key: str | None = None) -> str | None:
+    """The English name of a city (or of a district of it) by their keys, if one is known."""
+    if city_key is None:
+        return None
+    english = load_aliases().english
+    if district_key is None:
+        return english.get(city_key)
+    return english.get(f"{city_key}{_SEP}{district_key}")
 
 
 @cache

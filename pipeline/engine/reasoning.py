@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pipeline.engine.aliases import english_name
 from pipeline.engine.scoring import AREA_RANGE
 
 THIN_MARKET_DEEDS = 100
@@ -92,8 +93,23 @@ _DISTRICT_WORD = re.compile(r"^\s*ح[يى]\s+")
 
 
 def _place(row: Mapping[str, Any]) -> str:
-    district, city = _as_written(row.get("district")), _as_written(row.get("city"))
-    return f"{district}, {city}" if district and row.get("benchmark_level") == "district" else city
+    """The place for an English sentence: as the user wrote it, or, written in Arabic, by its
+    English name where one is known (Al Malqa, Riyadh)."""
+    city = _city_en(row)
+    if not (row.get("district") and row.get("benchmark_level") == "district"):
+        return city
+    district_key = row.get("district_key")
+    district = _in_english(row.get("district"), english_name(row.get("city_key"), district_key))
+    return f"{district}, {city}"
+
+
+def _city_en(row: Mapping[str, Any]) -> str:
+    return _in_english(row.get("city"), english_name(row.get("city_key")))
+
+
+def _in_english(written: str | None, english: str | None) -> str:
+    text = _as_written(written)
+    return english if english is not None and not text.isascii() else text
 
 
 def _place_ar(row: Mapping[str, Any]) -> str:
@@ -217,7 +233,7 @@ def _factor_where(row: Mapping[str, Any]) -> tuple[str, str]:
     if level == "national":
         return "in Saudi Arabia", "في المملكة"
     if level == "city" and row.get("benchmark_level") == "district":
-        return f"in {_as_written(row['city'])}", f"في مدينة {_city_ar(row)}"
+        return f"in {_city_en(row)}", f"في مدينة {_city_ar(row)}"
     return "there", "هناك"
 
 
@@ -229,9 +245,7 @@ def _market_average_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[s
     side_en = "below" if diff < 0 else "above"
     side_ar = "أقل" if diff < 0 else "أعلى"
     level = row.get("market_avg_level")
-    where_en = {"district": _place(row), "city": _as_written(row["city"])}.get(
-        level, "Saudi Arabia"
-    )
+    where_en = {"district": _place(row), "city": _city_en(row)}.get(level, "Saudi Arabia")
     where_ar = {"district": _place_ar(row), "city": f"مدينة {_city_ar(row)}"}.get(level, "المملكة")
     kind = row["type"]
     said = row.get("benchmark_level") is not None  # by the benchmark sentence
