@@ -82,6 +82,28 @@ def test_places_written_in_arabic_are_named_in_english_where_an_english_name_is_
     assert f"in {district}, Abqaiq," in explain(engine, "ابقيق", district)["reasoning_en"]
 
 
+def test_a_price_exactly_at_a_reported_percentile_is_on_the_side_the_spec_says(engine):
+    def decide(kind: str, price: int, city: str, district: str) -> dict:
+        request = parse_request(
+            {
+                "property": {"type": kind, "price": price, "area": 100},
+                "location": {"city": city, "district": district},
+                "reasoning": True,
+            }
+        )
+        return engine.evaluate(request)
+
+    # where the scaled p75 rounds up to 164.13 and the scaled p25 to 180.26 (found by QA)
+    at_p75 = decide("land", 16_413, "الخرج", "الريحان جنوب طريق حرض")
+    assert at_p75["price_per_sqm"] == at_p75["benchmark"]["p75_sqm"]
+    assert "price_above_p75" not in at_p75["reasoning"]["risk_flags"]  # "above" it: not at it
+    assert "between the 25th and 75th percentiles" in at_p75["reasoning"]["reasoning_en"]
+    at_p25 = decide("commercial", 18_026, "القويعيه", "1045 مخطط رقم")
+    assert at_p25["price_per_sqm"] == at_p25["benchmark"]["p25_sqm"]
+    assert at_p25["breakdown"]["price"]["score"] == 100  # "at or below" it: well priced
+    assert "at or below the 25th percentile" in at_p25["reasoning"]["reasoning_en"]
+
+
 def test_office_figures_are_said_to_be_the_commercial_ones(engine):
     reasoning = explain(engine, "Riyadh", "Al Malqa", type="office")["reasoning_en"]
     assert reasoning.count("commercial sales (no figure is published for offices)") == 1

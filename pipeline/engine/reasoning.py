@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipeline.engine.aliases import english_name
-from pipeline.engine.scoring import AREA_RANGE
+from pipeline.engine.scoring import AREA_RANGE, type_adjusted_row
 
 THIN_MARKET_DEEDS = 100
 FALLING_MARKET_PCT = -3.0
@@ -126,8 +126,11 @@ def _city_ar(row: Mapping[str, Any]) -> str:
 
 
 def adjusted(row: Mapping[str, Any], name: str) -> float:
-    """A benchmark percentile scaled to the property type, as the price bucket uses it."""
-    return row[f"benchmark_{name}_sqm"] * (row.get("type_factor") or 1.0)
+    """A benchmark percentile scaled to the property type, as the price bucket uses it and the
+    answer reports it."""
+    value = type_adjusted_row({**row, "type_factor": row.get("type_factor")}, name)
+    assert value is not None  # only asked of a row with a benchmark
+    return value
 
 
 def risk_flags(row: Mapping[str, Any]) -> list[str]:
@@ -192,14 +195,14 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         f"The asking price of {_sar(ppsqm)} SAR per m2 is {abs(diff):.0f}% {side_en} the median "
         f"of {_sar(median)} SAR/m2 for {_TYPE_EN[kind]} in {_place(row)}, {band_en}. That "
         f"median is the area's median over all {count:,} deeds of {year} "
-        f"({_sar(all_deeds)} SAR/m2) times {factor:.2f}, the price level of {_sales_en(kind)} "
+        f"({_sar(all_deeds)} SAR/m2) times {factor:.3f}, the price level of {_sales_en(kind)} "
         f"against all sales {where_en}."
     )
     ar = (
         f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {side_ar} بنسبة {abs(diff):.0f}% من الوسيط "
         f"البالغ {_sar(median)} ريال للمتر لل{_TYPE_AR[kind][2:]} في {_place_ar(row)}، {band_ar}. "
         f"وهذا الوسيط هو وسيط جميع الصفقات في المنطقة ({count:,} صفقة في {year}، "
-        f"{_sar(all_deeds)} ريال للمتر) مضروباً في {factor:.2f}، وهو مستوى أسعار "
+        f"{_sar(all_deeds)} ريال للمتر) مضروباً في {factor:.3f}، وهو مستوى أسعار "
         f"{_sales_ar(kind)} مقارنة بجميع الصفقات {where_ar}."
     )
     sentences_en, sentences_ar = [en], [ar]

@@ -86,6 +86,15 @@ def _ppsqm() -> pl.Expr:
     return pl.col("price") / pl.col("area")
 
 
+def _halala(expr: pl.Expr) -> pl.Expr:
+    """To two decimals, half up, as reported: the price bucket compares the price per m2 and
+    the percentiles as the answer shows them, so the spec's 'at or below p25' and 'above p75'
+    hold of the figures a reader sees (floor(x + 0.5): the same in both renderings)."""
+    # polars divides by a literal as a multiplication by its inverse (2233 * 0.01 is
+    # 22.330000000000002): round(2) puts the value back on the nearest two-decimal float.
+    return ((expr * 100 + 0.5).floor() / 100).round(2)
+
+
 # -- one row: the helpers behave like the polars operations above, nulls (None) included ------
 
 
@@ -116,15 +125,21 @@ def _ppsqm_row(row: Row) -> float:
     return _divide(row["price"], row["area"])
 
 
-def _type_adjusted_row(row: Row, name: str) -> float | None:
+def _halala_row(x: float) -> float:
+    return round(math.floor(x * 100 + 0.5) / 100, 2) if math.isfinite(x) else x
+
+
+def type_adjusted_row(row: Row, name: str) -> float | None:
+    """`type_adjusted` for one row."""
     value = row[f"benchmark_{name}_sqm"]
     factor = row["type_factor"]
-    return None if value is None else value * (1.0 if factor is None else factor)
+    return None if value is None else _halala_row(value * (1.0 if factor is None else factor))
 
 
 def type_adjusted(name: str) -> pl.Expr:
-    """A benchmark percentile scaled to the property type (the deeds carry no type)."""
-    return pl.col(f"benchmark_{name}_sqm") * pl.col("type_factor").fill_null(1.0)
+    """A benchmark percentile scaled to the property type (the deeds carry no type), to the
+    halala (see `_halala`)."""
+    return _halala(pl.col(f"benchmark_{name}_sqm") * pl.col("type_factor").fill_null(1.0))
 
 
 PERCENTILES = ("median", "p25", "p75")
@@ -137,21 +152,18 @@ def reported_percentiles() -> list[pl.Expr]:
     expensive; an all-deeds figure would contradict the price score for any type whose level
     differs from the area's mix. Applied to a scored frame, after the explanation (which
     states the all-deeds median and the factor)."""
-    return [type_adjusted(k).round(2).alias(f"benchmark_{k}_sqm") for k in PERCENTILES]
+    return [type_adjusted(k).alias(f"benchmark_{k}_sqm") for k in PERCENTILES]
 
 
 def reported_percentiles_row(row: Row) -> dict[str, float | None]:
     """`reported_percentiles` for one row."""
-    reported = {}
-    for name in PERCENTILES:
-        value = _type_adjusted_row(row, name)
-        reported[f"benchmark_{name}_sqm"] = None if value is None else round(value * 100) / 100
-    return reported
+    return {f"benchmark_{name}_sqm": type_adjusted_row(row, name) for name in PERCENTILES}
 
 
 def price_bucket() -> pl.Expr:
-    """Price per m2 against the type-adjusted p25 / median / p75; never rises with price."""
-    ppsqm = _ppsqm()
+    """Price per m2 against the type-adjusted p25 / median / p75, all to the halala as
+    reported; never rises with price."""
+    ppsqm = _halala(_ppsqm())
     p25, median, p75 = (type_adjusted(k) for k in ("p25", "median", "p75"))
     zero_at = p75 * PRICE_ZERO_AT_P75_TIMES
     score = (
@@ -169,8 +181,8 @@ def price_bucket() -> pl.Expr:
 
 
 def price_bucket_row(row: Row) -> float | None:
-    ppsqm = _ppsqm_row(row)
-    p25, median, p75 = (_type_adjusted_row(row, k) for k in ("p25", "median", "p75"))
+    ppsqm = _halala_row(_ppsqm_row(row))
+    p25, median, p75 = (type_adjusted_row(row, k) for k in ("p25", "median", "p75"))
     if median is None:
         return _clip_row(PRICE_WITHOUT_BENCHMARK)
     if p25 is None or p75 is None:
@@ -488,7 +500,7 @@ def score_frame(frame: pl.DataFrame) -> pl.DataFrame:
     A large frame is scored by the streaming engine (a million rows: 0.5 s -> 0.4 s)."""
     scored = (
         frame.lazy()
-        .with_columns(_ppsqm().round(2).alias("price_per_sqm"), *_BUCKETS)
+        .with_columns(_halala(_ppsqm()).alias("price_per_sqm"), *_BUCKETS)
         .with_columns(*_STATUSES, _OVERALL)
         .with_columns(verdict(pl.col("score")).alias("verdict"))
     )
@@ -507,9 +519,7 @@ def score_row(row: Row) -> dict[str, Any]:
     """`score_frame` for one row (a dict with the request and attached columns): the same
     SCORE_COLUMNS, as a dict."""
     ppsqm = _ppsqm_row(row)
-    scored: dict[str, Any] = {
-        "price_per_sqm": round(ppsqm * 100) / 100 if math.isfinite(ppsqm) else ppsqm
-    }
+    scored: dict[str, Any] = {"price_per_sqm": _halala_row(ppsqm)}
     for name, bucket in _BUCKET_ROWS.items():
         score = _round_score_row(bucket(row))
         scored[f"{name}_score"] = score
