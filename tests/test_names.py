@@ -83,7 +83,8 @@ TEXT = st.text(alphabet=ALPHABET, max_size=24) | st.builds(
         ["Khobar", "Al Khobar", "al-khobar", "AlKhobar", "الخبر"],
         ["Hail", "Ha'il", "حائل", "حايل"],
         ["Riyadh", "مدينة الرياض", "Riyadh City", "riyadh city", "مدينه الرياض"],
-        ["Al Kharj", "محافظة الخرج", "الخرج"],
+        ["Al Kharj", "محافظة الخرج", "الخرج", "Kharj Governorate", "Al-Kharj Governorate"],
+        ["Riyadh", "Riyadh\x00", "\x01Riyadh", "Riy\u3164adh"],
     ],
 )
 def test_city_spellings_meet(spellings: list[str]) -> None:

@@ -20,6 +20,8 @@ VALID = {
     "reasoning": False,
 }
 
+EMPTY_CITY = "location.city must not be empty (it needs a letter or a digit)"
+
 
 def body(**changes: object) -> dict:
     result = {k: dict(v) if isinstance(v, dict) else v for k, v in VALID.items()}
@@ -106,12 +108,14 @@ def test_a_valid_request_passes():
             "property.parking must be a boolean (true or false)",
         ),
         ({"location__city": ...}, "location.city", "location.city is required"),
-        ({"location__city": "  "}, "location.city", "location.city must not be empty"),
-        ({"location__city": "\u200b"}, "location.city", "location.city must not be empty"),
-        ({"location__city": "\ufeff\u200f"}, "location.city", "location.city must not be empty"),
-        ({"location__city": "ـــ"}, "location.city", "location.city must not be empty"),
-        ({"location__city": "\u064b"}, "location.city", "location.city must not be empty"),
-        ({"location__city": "--"}, "location.city", "location.city must not be empty"),
+        ({"location__city": "  "}, "location.city", EMPTY_CITY),
+        ({"location__city": "\u200b"}, "location.city", EMPTY_CITY),
+        ({"location__city": "\ufeff\u200f"}, "location.city", EMPTY_CITY),
+        ({"location__city": "ـــ"}, "location.city", EMPTY_CITY),
+        ({"location__city": "\u064b"}, "location.city", EMPTY_CITY),
+        ({"location__city": "--"}, "location.city", EMPTY_CITY),
+        ({"location__city": "\u3164"}, "location.city", EMPTY_CITY),  # a Hangul filler
+        ({"location__city": "\x00\x01"}, "location.city", EMPTY_CITY),
         (
             {"location__lng": ...},
             "location.lng",

@@ -228,6 +228,17 @@ def test_a_key_pasted_into_the_path_is_neither_echoed_nor_logged(
     assert "POST /v1/sk-" in server_log  # the lines are there, with the prefix only
 
 
+def test_a_path_cannot_write_a_line_of_its_own_into_the_access_log(
+    service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    forged = '/x%0aINFO:  10.0.0.9:4444 "POST /v1/decisions" 200 key=sk-forged00 0.3ms%0d'
+    assert_error(service.client.get(f"{service.url}{forged}"), 404, "not_found")
+    lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.service.access"]
+    assert len(lines) == 1 and "\n" not in lines[0] and "\r" not in lines[0]
+    assert '"GET /x\\nINFO:' in lines[0]  # escaped, on the one line of its request
+
+
 # -- failures after the charge ---------------------------------------------------------------
 
 

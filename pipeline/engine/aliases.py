@@ -20,9 +20,9 @@ from pipeline.engine.names import normalize_name, normalize_name_expr
 # Joins a city key and a district key into one string key; neither can contain it.
 _SEP = "\x1f"
 # Words around a city's name that name no other city: "مدينة الرياض", "محافظة الخرج",
-# "Riyadh City" (normalised: ة -> ه, lower case). No city of the table begins or ends so;
-# districts can ("مدينة العمال"), so they keep them.
-_CITY_WORDS = r"^(?:مدينه|محافظه) | city$"
+# "Riyadh City", "Al Kharj Governorate" (normalised: ة -> ه, lower case). No city of the table
+# begins or ends so; districts can ("مدينة العمال"), so they keep them.
+_CITY_WORDS = r"^(?:مدينه|محافظه) | (?:city|governorate)$"
 
 
 @dataclass(frozen=True)

@@ -69,9 +69,11 @@ MAXIMUM: dict[str, float] = {
     "age": 1000,
 }
 MINIMUM_AREA = 0.01  # m2
-# A name has a letter or a digit: spaces, zero-width and bidi marks, a BOM, tatweel (a letter
-# to Unicode, a stretch of line to a reader) or a lone diacritic name nothing.
-_LETTER_OR_DIGIT = r"[\p{L}\p{N}&&[^\x{0640}]]"
+# A name has a letter or a digit: spaces, zero-width and bidi marks, a BOM, tatweel and the
+# Hangul fillers (letters to Unicode, a stretch of line or a blank to a reader) or a lone
+# diacritic name nothing.
+_LETTER_OR_DIGIT = r"[\p{L}\p{N}&&[^\x{0640}\x{115F}\x{1160}\x{3164}\x{FFA0}]]"
+_BLANK_LETTERS = "\u0640\u115f\u1160\u3164\uffa0"  # tatweel, the Hangul fillers
 
 
 def _at_most(column: str) -> Rule:
@@ -178,7 +180,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "city",
         "not_blank",
-        "location.city must not be empty",
+        "location.city must not be empty (it needs a letter or a digit)",
         ~_c("city").str.contains(_LETTER_OR_DIGIT),
         lambda row: row["city"] is not None and not _names_something(row["city"]),
     ),
@@ -190,7 +192,7 @@ RULES: tuple[Rule, ...] = (
 
 def _names_something(text: str) -> bool:
     """`_LETTER_OR_DIGIT` for one value: a letter or a digit other than tatweel."""
-    return any(unicodedata.category(ch)[0] in "LN" and ch != "\u0640" for ch in text)
+    return any(unicodedata.category(ch)[0] in "LN" and ch not in _BLANK_LETTERS for ch in text)
 
 
 def _first_broken_rule() -> pl.Expr:

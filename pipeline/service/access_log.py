@@ -7,6 +7,7 @@ string), status, key prefix and time. The handler puts the prefix in `scope["sta
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -15,6 +16,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pipeline.ledger.accounts import redact_keys
 
 log = logging.getLogger("pipeline.service.access")
+
+# The path arrives percent-decoded: a %0a in it would start a line of the caller's making.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _printable(path: str) -> str:
+    """`path` with control characters escaped (\\n, \\x00...), so one request is one line."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), path)
 
 
 class AccessLog:
@@ -44,7 +53,7 @@ class AccessLog:
                 client[0],
                 client[1],
                 scope["method"],
-                redact_keys(scope["path"]),
+                _printable(redact_keys(scope["path"])),
                 status,
                 state.get("key_prefix", "-"),
                 (time.perf_counter() - started) * 1000,
