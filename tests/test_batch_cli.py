@@ -541,13 +541,17 @@ def test_a_parquet_input_keeps_its_column_types_in_a_parquet_output_and_numbers_
     [
         (None, "configuration file not found"),
         ("[column]\nprice = 'Sold'\n", "unknown table [column]"),
+        ('[aliases]\ntype = ["الفئة"]\n'.encode("cp1256"), "is not UTF-8 text"),
+        ('[aliases]\ntype = ["x"]\n'.encode("utf-16"), "is not UTF-8 text"),
     ],
 )
 def test_a_config_that_cannot_be_applied_stops_the_run_before_anything(
     tmp_path, db, capsys, config, message
 ):
     path = tmp_path / "mapping.toml"
-    if config is not None:
+    if isinstance(config, bytes):
+        path.write_bytes(config)
+    elif config is not None:
         path.write_text(config, encoding="utf-8")
     journal = tmp_path / "job.journal"
     code = main(
@@ -575,7 +579,11 @@ def test_outputs_that_cannot_be_written_stop_the_run_before_any_charge(tmp_path,
     args = [str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "ok.csv"), "-o", str(folder)]
     assert score(db, *args) == 2
     assert f"{folder}: is a folder" in capsys.readouterr().err
-    assert balance(db) == 5000 and not (tmp_path / "ok.csv").exists()
+    under_a_file = tmp_path / "ok.csv" / "scored.xlsx"  # ok.csv would be a file by then
+    (tmp_path / "ok.csv").write_text("x")
+    assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(under_a_file)) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert balance(db) == 5000
 
 
 def test_the_command_printed_to_run_again_can_be_pasted_into_a_shell(tmp_path, db):

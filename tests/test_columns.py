@@ -184,6 +184,12 @@ def test_bad_config_is_a_usage_error(tmp_path: Path, text: str, message: str) ->
         load_column_config(write_config(tmp_path, text))
 
 
+def test_a_config_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "notepad.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + b'[columns]\nprice = "Sold"\n')
+    assert load_column_config(path).explicit == {"price": "Sold"}
+
+
 def test_config_file_not_found(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="configuration file not found"):
         load_column_config(tmp_path / "nope.toml")

@@ -167,6 +167,17 @@ def test_a_named_encoding_never_garbles_what_detection_can_tell(
     assert read_table_with_info(path, encoding="utf-16" if read_as == "utf-16" else "utf-8")
 
 
+def test_a_named_encoding_never_garbles_utf8_arabic_that_starts_past_the_sniffed_bytes(
+    tmp_path: Path,
+) -> None:
+    english = "".join(f"L{i},Riyadh,Al Malqa,apartment,{950000 + i},140\n" for i in range(3000))
+    text = "id,city,district,type,price,area\n" + english + "X1,الرياض,الملقا,villa,2500000,400\n"
+    path = write(tmp_path, "late.csv", text.encode())
+    read = read_table_with_info(path, encoding="cp1256")
+    assert read.frame.row(-1)[1:3] == ("الرياض", "الملقا")
+    assert read.encoding_overridden == "--encoding cp1256 not used: the file is UTF-8 Arabic text"
+
+
 def test_invalid_utf8_after_the_sniffed_start_falls_back_to_cp1256(tmp_path: Path) -> None:
     data = b"city,price\n" + b"Riyadh,1\n" * 20_000 + "الرياض,2\n".encode("cp1256")
     result = read_table_with_info(write(tmp_path, "x.csv", data))

@@ -6,7 +6,7 @@ test_workbook.py.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 
 import polars as pl
@@ -249,6 +249,23 @@ def test_input_types_come_back_only_to_columns_holding_exactly_their_text() -> N
     assert back["id"].to_list() == [1, 2] and back["area"].to_list() == ["90", "121"]
     assert with_input_types(results, None) is results
     assert with_input_types(results, typed.head(1)) is results  # fewer rows than the results
+
+
+def test_a_workbook_takes_back_only_the_numbers_excel_holds_as_they_are() -> None:
+    typed = pl.DataFrame(
+        {
+            "phone": [966501234567890, 12345678901234567],  # 16-17 digits: Excel rounds them
+            "floors": [3, 12],
+            "area": pl.Series([140.1, 90.5], dtype=pl.Float32),  # widens to 140.1000061...
+            "price": [950000.5, 3200000.0],
+            "listed": [date(2026, 1, 2), date(2026, 3, 4)],
+        }
+    )
+    results = _with_result_columns(typed.select(pl.all().cast(pl.String)))
+    back = with_input_types(results, typed, numeric_only=True)
+    assert [back.schema[c] for c in typed.columns] == [
+        pl.String, pl.Int64, pl.String, pl.Float64, pl.String,
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("dropped", ["", " ", "\ufeff"])

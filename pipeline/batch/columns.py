@@ -306,8 +306,13 @@ def _quoted(items: list[str]) -> str:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        with Path(path).open("rb") as fh:
-            return tomllib.load(fh)
+        raw = Path(path).read_bytes()
+        return tomllib.loads(raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path}: is not UTF-8 text (byte {exc.start}); save it as UTF-8 (in Notepad: "
+            "Save As, Encoding UTF-8)"
+        ) from None
     except FileNotFoundError:
         raise UsageError(f"{path}: configuration file not found") from None
     except IsADirectoryError:

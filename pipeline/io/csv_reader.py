@@ -55,6 +55,10 @@ def read_csv(
         content = path.read_bytes()
         if encoding is None and codec == "cp1256":
             _refuse_pasted_utf8(path, content)  # anywhere in the file, not just its start
+        named_single_byte = encoding is not None and not codec.startswith("utf")
+        # Arabic only past the sniffed start: the whole file tells
+        if overridden is None and named_single_byte and _is_utf8_arabic(content):
+            codec, overridden = "utf-8", _not_used(encoding, "is UTF-8 Arabic text")
         data = _decode(path, content, codec)
         if _old_mac_lines(data[:SNIFF_BYTES]):
             data = _LONE_CR.sub("\n", data)
@@ -194,8 +198,12 @@ def _chosen_codec(path: Path, head: bytes, encoding: str | None) -> tuple[str, s
         mark = f"a {family.upper()} byte-order mark"
         return detected, f"--encoding {encoding} not used: the file begins with {mark}"
     if not named.startswith("utf") and _is_utf8_arabic(head):
-        return "utf-8", f"--encoding {encoding} not used: the file is UTF-8 Arabic text"
+        return "utf-8", _not_used(encoding, "is UTF-8 Arabic text")
     return named, None
+
+
+def _not_used(encoding: str, why: str) -> str:
+    return f"--encoding {encoding} not used: the file {why}"
 
 
 def _is_utf8_arabic(head: bytes) -> bool:

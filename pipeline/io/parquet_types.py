@@ -29,6 +29,19 @@ def typed_input(source: Path) -> pl.DataFrame | None:
         return None  # read as text already; the output keeps that text
 
 
+# Excel keeps 15 significant digits: a longer integer (an ID, a phone number) stays text there.
+_EXCEL_DIGITS = 10**15
+
+
+def _fits_a_spreadsheet(column: pl.Series) -> bool:
+    """A number column that a workbook holds as the numbers it has: not a long integer that
+    Excel would round, nor a Float32, whose values widen to 140.1000061035156."""
+    if column.dtype.is_integer():
+        largest = column.cast(pl.Float64).abs().max()
+        return largest is None or float(largest) < _EXCEL_DIGITS  # type: ignore[arg-type]
+    return column.dtype.is_numeric() and column.dtype != pl.Float32
+
+
 def with_input_types(
     results: pl.DataFrame, typed: pl.DataFrame | None, *, numeric_only: bool = False
 ) -> pl.DataFrame:
@@ -52,7 +65,7 @@ def with_input_types(
         target = renames.get(final, final)
         if column.dtype == pl.String or target not in originals:
             continue
-        if numeric_only and not column.dtype.is_numeric():
+        if numeric_only and not _fits_a_spreadsheet(column):
             continue
         if results.schema[target] != pl.String:
             continue

@@ -55,8 +55,14 @@ def check_output_capacity(path: Path, rows: int, columns: int | None = None) -> 
         from pipeline.io.xlsx_writer import check_xlsx_capacity  # xlsxwriter: only for workbooks
 
         check_xlsx_capacity(path, rows, columns)
-    if Path(path).is_dir():
-        raise UsageError(f"{path}: is a folder; name the file to write (-o FOLDER/NAME.xlsx)")
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(
+            f"{path}: is a folder; name the file to write (-o {path}/NAME{path.suffix})"
+        )
+    blocking = next((p for p in path.parents if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise UsageError(f"{path}: cannot be written: {blocking} is a file, not a folder")
 
 
 def write_output(
