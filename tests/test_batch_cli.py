@@ -735,8 +735,10 @@ def test_a_stop_signal_mid_run_says_how_to_go_on_and_the_rerun_pays_only_the_res
     err = capsys.readouterr().err
     assert "interrupted; what was scored and paid is kept in the run journal" in err
     assert "Run the same command again to go on" in err
-    assert json.loads(manifest.read_text())["exit_code"] == 130
+    record = json.loads(manifest.read_text())
     assert balance(db) == 5000 - 50  # one batch paid before the signal
+    assert (record["exit_code"], record["decisions_spent"]) == (130, 50)
+    assert (record["balance_before"], record["balance_after"]) == (5000, 4950)
 
     monkeypatch.setattr(LocalScorer, "score", score_batch)
     assert main(args) == 0

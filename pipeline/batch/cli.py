@@ -149,12 +149,8 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         with _stop_signal_interrupts():
             try:
                 return _score(args, settings)
-            except KeyboardInterrupt:
-                raise Interrupted(
-                    "interrupted; what was scored and paid is kept in the run journal. Run the "
-                    "same command again to go on (nothing paid is paid twice):\n  "
-                    + command_line(sys.argv)
-                ) from None
+            except KeyboardInterrupt as stop:
+                raise _interrupted(stop) from None
     except PipelineError as exc:
         if args.manifest is not None:
             _record_failure(args, settings, exc, started)
@@ -162,6 +158,18 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(_failure_record(args, settings, exc, started), ensure_ascii=False,
                              indent=2))  # fmt: skip
         raise
+
+
+def _interrupted(stop: KeyboardInterrupt) -> Interrupted:
+    """The stop as an error that says how to go on, with what the run had paid (when it was
+    stopped while scoring) for its record."""
+    error = Interrupted(
+        "interrupted; what was scored and paid is kept in the run journal. Run the same command "
+        "again to go on (nothing paid is paid twice):\n  " + command_line(sys.argv)
+    )
+    error.decisions_spent = getattr(stop, "decisions_spent", 0)  # type: ignore[attr-defined]
+    error.balance_before = getattr(stop, "balance_before", None)  # type: ignore[attr-defined]
+    return error
 
 
 @contextmanager
@@ -343,6 +351,11 @@ def summary_json(outcome: BatchOutcome, scorer_version: str | None = None) -> di
     }
 
 
+def _balance_after(error: PipelineError) -> int | None:
+    before, spent = getattr(error, "balance_before", None), getattr(error, "decisions_spent", 0)
+    return None if before is None else before - spent
+
+
 def failure_manifest(
     error: PipelineError, started: datetime, source: Path, workspace: str | None
 ) -> dict[str, Any]:
@@ -358,10 +371,10 @@ def failure_manifest(
         "rows": None,
         "status": {},
         "verdict": {},
-        # an interrupted run may have paid for batches: what, the ledger and the journal know
-        "decisions_spent": None if isinstance(error, Interrupted) else 0,
-        "balance_before": None,
-        "balance_after": None,
+        # a run stopped while scoring had paid for its batches so far
+        "decisions_spent": getattr(error, "decisions_spent", 0),
+        "balance_before": getattr(error, "balance_before", None),
+        "balance_after": _balance_after(error),
         "workspace": workspace,
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 3),
         "exit_code": error.exit_code,

@@ -715,7 +715,12 @@ def run_batch(
         # Which listing each row is (a hash of every row, polars without the GIL) is worked
         # out on the other core while the rows are scored.
         keys = aside.submit(listing_keys, prepared.requests) if journal is not None else None
-        scored = score_requests(unique, executor, context, progress)
+        try:
+            scored = score_requests(unique, executor, context, progress)
+        except KeyboardInterrupt as stop:  # what was paid, for the record of the stop
+            stop.decisions_spent = budget.spent  # type: ignore[attr-defined]
+            stop.balance_before = balance_before  # type: ignore[attr-defined]
+            raise
         listings = keys.result() if keys is not None else None
     results = assemble(prepared, keyed, scored.drop("fingerprint"))
     rejects = rejects_table(prepared)
