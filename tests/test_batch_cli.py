@@ -673,7 +673,7 @@ def test_answers_paid_with_reasoning_are_reused_by_a_run_that_asks_for_less(tmp_
     assert partial["reasoning_en"].null_count() == 0
 
 
-@pytest.mark.parametrize("damage", ["delete", "truncate"])
+@pytest.mark.parametrize("damage", ["delete", "truncate", "scramble"])
 def test_a_lost_answers_file_puts_its_rows_in_doubt_and_they_are_not_paid_again(
     tmp_path, db, damage
 ):
@@ -684,7 +684,15 @@ def test_a_lost_answers_file_puts_its_rows_in_doubt_and_they_are_not_paid_again(
     answers = list(journal.with_suffix(".results").glob("*.answers.parquet"))
     assert answers
     for path in answers:
-        path.unlink() if damage == "delete" else path.write_bytes(b"")
+        if damage == "delete":
+            path.unlink()
+        elif damage == "truncate":
+            path.write_bytes(b"")
+        else:  # the same size, its middle overwritten: the footer still reads
+            data = bytearray(path.read_bytes())
+            middle = len(data) // 3
+            data[middle : middle + 2000] = bytes(2000)
+            path.write_bytes(bytes(data))
     assert main(args) == 0  # the first hundred are replayed from the ledger, free
     assert balance(db) == 5000 - DISTINCT_VALID
     frame = pl.read_csv(tmp_path / "out.csv", infer_schema=False)

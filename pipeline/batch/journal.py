@@ -186,13 +186,18 @@ class Journal:
         batches = [self._as_stored(batch) for batch in self._batches()]
         if not batches:
             return asked.join(pl.DataFrame(schema=STATE_SCHEMA), on="fingerprint", how="left")
+        answer_columns = ["fingerprint", *_ANSWERED_SCHEMA]
+        try:
+            answers = self._scan_each([b[3] for b in batches], answer_columns)
+        except pl.exceptions.PolarsError:  # a file damaged inside: find it, as if it were lost
+            batches = [self._whole(batch) for batch in batches]
+            answers = self._scan_each([b[3] for b in batches], answer_columns)
+        answered_in = [answers_file for _, _, _, answers_file, _ in batches]
         sent = pl.Series([state != "done" for _, state, *_ in batches])
         rows = self._scan_each(
             [rows_file for _, _, rows_file, _, _ in batches], ["fingerprint", "idempotency_key"]
         )
         rows = rows.with_columns(_sent=sent.gather(rows["_order"]))
-        answered_in = [answers for _, _, _, answers, _ in batches]
-        answers = self._scan_each(answered_in, ["fingerprint", *_ANSWERED_SCHEMA])
         rows = _beside(rows, answers)
         answered = pl.col("status").is_not_null() & (pl.col("status") != "skipped")
         final = pl.col("status").is_in(_FINAL)
@@ -238,6 +243,23 @@ class Journal:
         if answers_file is not None and not self._readable(answers_file):
             return batch_key, "sent", rows_file, None, created_at
         return batch
+
+    def _whole(
+        self, batch: tuple[str, str, str, str | None, float]
+    ) -> tuple[str, str, str, str | None, float]:
+        """`_as_stored`, reading the answers file whole (its footer can be sound while a page
+        inside is not); only when a scan of them all has failed."""
+        batch_key, _, rows_file, answers_file, created_at = batch
+        if answers_file is None or self._reads_whole(answers_file):
+            return batch
+        return batch_key, "sent", rows_file, None, created_at
+
+    def _reads_whole(self, name: str) -> bool:
+        try:
+            pl.read_parquet(self.files / name)
+        except (OSError, pl.exceptions.PolarsError):
+            return False
+        return True
 
     def _readable(self, name: str) -> bool:
         try:
@@ -367,12 +389,13 @@ class Journal:
 
     def _batch_files(self, batch_key: str) -> tuple[str | None, str | None] | None:
         """(rows file, answers file) of a batch the journal holds, or None; an answers file
-        that cannot be read counts as none (see `_as_stored`)."""
+        that cannot be read whole counts as none (see `_as_stored`). Asked of a batch being
+        resent, or forgotten: rare enough to read the file."""
         self.flush()
         found = self._db.execute(
             "SELECT rows_file, answers_file FROM batches WHERE batch_key = ?", (batch_key,)
         ).fetchone()
-        if found is None or found[1] is None or self._readable(found[1]):
+        if found is None or found[1] is None or self._reads_whole(found[1]):
             return found
         return found[0], None
 
