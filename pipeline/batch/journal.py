@@ -250,20 +250,14 @@ class Journal:
         """`_as_stored`, reading the answers file whole (its footer can be sound while a page
         inside is not); only when a scan of them all has failed."""
         batch_key, _, rows_file, answers_file, created_at = batch
-        if answers_file is None or self._reads_whole(answers_file):
+        if answers_file is None or self._readable(answers_file, whole=True):
             return batch
         return batch_key, "sent", rows_file, None, created_at
 
-    def _reads_whole(self, name: str) -> bool:
+    def _readable(self, name: str, *, whole: bool = False) -> bool:
+        """Whether the journal's file `name` reads: its footer, or `whole`."""
         try:
-            pl.read_parquet(self.files / name)
-        except (OSError, pl.exceptions.PolarsError):
-            return False
-        return True
-
-    def _readable(self, name: str) -> bool:
-        try:
-            pl.read_parquet_schema(self.files / name)
+            (pl.read_parquet if whole else pl.read_parquet_schema)(self.files / name)
         except (OSError, pl.exceptions.PolarsError):
             return False
         return True
@@ -395,7 +389,7 @@ class Journal:
         found = self._db.execute(
             "SELECT rows_file, answers_file FROM batches WHERE batch_key = ?", (batch_key,)
         ).fetchone()
-        if found is None or found[1] is None or self._reads_whole(found[1]):
+        if found is None or found[1] is None or self._readable(found[1], whole=True):
             return found
         return found[0], None
 
