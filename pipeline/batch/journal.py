@@ -164,6 +164,12 @@ class Journal:
 
     # -- reading ------------------------------------------------------------------------------
 
+    def holds_answers(self) -> bool:
+        """Whether any batch has its answers recorded (a first run's journal has none)."""
+        self.flush()
+        found = self._db.execute("SELECT 1 FROM batches WHERE answers_file IS NOT NULL LIMIT 1")
+        return found.fetchone() is not None
+
     def _batches(self) -> list[tuple[str, str, str, str | None, float]]:
         self.flush()
         return self._db.execute(

@@ -170,7 +170,10 @@ def normalize_column(cells: pl.Series, name: str, *, shortcuts: bool = True) -> 
     values = cells.cast(pl.Float64, strict=False)
     slow = values.is_null() & cells.is_not_null()
     if name == "price":  # the float parser reads 950.000 as 950: the full path refuses it
-        slow |= cells.str.strip_chars().str.contains(DOTTED_THOUSANDS).fill_null(False)
+        small = (values.abs() < 1000).fill_null(False)  # only such values can read so
+        if small.any():
+            dotted = cells.str.strip_chars().str.contains(DOTTED_THOUSANDS).fill_null(False)
+            slow |= small & dotted
     if slow.any():
         typed = _per_distinct(cells.filter(slow), transform, dtype)
         values = values.scatter(slow.arg_true(), typed)
