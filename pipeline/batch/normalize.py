@@ -51,7 +51,14 @@ import polars as pl
 from pipeline.batch.columns import MAPPED_FIELDS, ColumnMap
 from pipeline.engine.schema import REQUEST_SCHEMA
 
-__all__ = ["BOOLEAN_WORDS", "DOTTED_THOUSANDS", "TYPE_SYNONYMS", "normalize", "normalize_column"]
+__all__ = [
+    "BOOLEAN_WORDS",
+    "DOTTED_THOUSANDS",
+    "TYPE_SYNONYMS",
+    "ascii_digits",
+    "normalize",
+    "normalize_column",
+]
 
 V = TypeVar("V")
 
@@ -135,6 +142,12 @@ _MULTIPLIERS = {
     **dict.fromkeys(("million", "ملايين", "مليون", "mn", "m"), _MILLION),
     **dict.fromkeys(("thousand", "آلاف", "ألف", "الف", "k"), _THOUSAND),
 }
+
+
+def ascii_digits(text: pl.Expr) -> pl.Expr:
+    """Arabic-Indic and Persian digits, the Arabic decimal separator and the minus sign as
+    ASCII, invisible marks removed: how a number cell reads before its rules apply."""
+    return text.str.replace_many(*_DIGIT_MAP)
 
 
 def normalize(raw: pl.DataFrame, mapping: ColumnMap) -> pl.DataFrame:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.batch.columns import ColumnMap
+from pipeline.batch.normalize import ascii_digits
 from pipeline.batch.positions import scattered
 from pipeline.engine.rules import violations
 from pipeline.engine.schema import FIELD_PATHS, REQUEST_SCHEMA
@@ -103,7 +104,8 @@ def reject_reasons(
     values = _cell_values(raw, frame["column"], header_of)
     empty = raw.select(pl.all_horizontal(pl.all().is_null()).alias("empty")).to_series()
     frame = frame.with_columns(header=headers, value=values, empty=empty)
-    separators = pl.col("is_unread") & pl.col("value").str.contains(_SEPARATORS).fill_null(False)
+    written = ascii_digits(pl.col("value"))  # ٩٥٠٫٠٠٠ reads two ways as 950.000 does
+    separators = pl.col("is_unread") & written.str.contains(_SEPARATORS).fill_null(False)
     number_fields = [FIELD_PATHS[c] for c, what in _TYPED if what == _EXPECTED[pl.Float64()]]
     frame = frame.with_columns(
         rule=pl.when(separators & pl.col("error_field").is_in(number_fields))
