@@ -196,7 +196,7 @@ class Journal:
         try:
             answers = self._scan_each([b[3] for b in batches], answer_columns)
         except pl.exceptions.PolarsError:  # a file damaged inside: find it, as if it were lost
-            batches = [self._whole(batch) for batch in batches]
+            batches = [self._as_stored(batch, whole=True) for batch in batches]
             answers = self._scan_each([b[3] for b in batches], answer_columns)
         answered_in = [answers_file for _, _, _, answers_file, _ in batches]
         sent = pl.Series([state != "done" for _, state, *_ in batches])
@@ -233,11 +233,13 @@ class Journal:
         return asked.join(known, on="fingerprint", how="left", maintain_order="left")
 
     def _as_stored(
-        self, batch: tuple[str, str, str, str | None, float]
+        self, batch: tuple[str, str, str, str | None, float], *, whole: bool = False
     ) -> tuple[str, str, str, str | None, float]:
         """A batch as its files say: one whose answers file is gone or damaged (a disk
         cleaned up, a copy cut short) counts as sent and unanswered, so its rows are in doubt
-        and go again under their keys, where the first charge is replayed, not paid again."""
+        and go again under their keys, where the first charge is replayed, not paid again.
+        `whole`: read the answers file whole (its footer can be sound while a page inside is
+        not), once a scan of them all has failed."""
         batch_key, _, rows_file, answers_file, created_at = batch
         if not self._readable(rows_file):
             raise UsageError(
@@ -246,17 +248,7 @@ class Journal:
                 "keys, is no longer known. Restore the file, or run with --fresh to score "
                 "(and pay for) everything again"
             )
-        if answers_file is not None and not self._readable(answers_file):
-            return batch_key, "sent", rows_file, None, created_at
-        return batch
-
-    def _whole(
-        self, batch: tuple[str, str, str, str | None, float]
-    ) -> tuple[str, str, str, str | None, float]:
-        """`_as_stored`, reading the answers file whole (its footer can be sound while a page
-        inside is not); only when a scan of them all has failed."""
-        batch_key, _, rows_file, answers_file, created_at = batch
-        if answers_file is None or self._readable(answers_file, whole=True):
+        if answers_file is None or self._readable(answers_file, whole=whole):
             return batch
         return batch_key, "sent", rows_file, None, created_at
 

@@ -259,7 +259,9 @@ def score_requests(
         return lambda done, spent: progress(stage, done, total, spent)
 
     first = prioritised(unique, context.raw, context.options.priority)
-    triaged, explained_before = _first_pass(first, executor.journal, executor.scorer, context)
+    triaged, explained_before = _first_pass(
+        first, executor.journal, executor.scorer.version, mode, context.freshness_days
+    )
     results = executor.run(triaged, report("scoring", unique.height), keep_costs=context.resuming)
     results = _without_explanations(results, explained_before)
     if mode != "borderline":
@@ -282,16 +284,16 @@ REASONING_COLUMNS = ("reasoning_en", "reasoning_ar", "key_factors", "risk_flags"
 
 
 def _first_pass(
-    requests: pl.DataFrame, journal: Journal | None, scorer: Scorer, context: RunContext
+    requests: pl.DataFrame, journal: Journal | None, version: str, mode: str, days: float
 ) -> tuple[Triage, pl.Series]:
-    """The first pass's requests by journal state; when that pass asks for no reasoning, the
-    answers an earlier run gave them with reasoning count as done (see with_explained_answers),
-    and the ids of those come back too."""
-    days, at = context.freshness_days, now()
+    """The first pass's requests by journal state (the run and its dry run alike); when that
+    pass asks for no reasoning, the answers an earlier run gave them with reasoning count as
+    done (see with_explained_answers), and the ids of those come back too."""
+    at = now()
     triaged = triage(requests, journal, freshness_days=days, now=at)
-    if context.options.reasoning == "all":
+    if mode == "all":
         return triaged, requests["request_id"].clear()
-    return with_explained_answers(triaged, journal, scorer.version, freshness_days=days, now=at)
+    return with_explained_answers(triaged, journal, version, freshness_days=days, now=at)
 
 
 def _without_explanations(results: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
@@ -573,11 +575,7 @@ def make_plan(
     journal: Journal | None, options: BatchOptions, freshness_days: float,
 ) -> Plan:  # fmt: skip
     mode = options.reasoning
-    first = triage(unique, journal, freshness_days=freshness_days, now=now())
-    if mode != "all":
-        first, _ = with_explained_answers(
-            first, journal, scorer.version, freshness_days=freshness_days, now=now()
-        )
+    first, _ = _first_pass(unique, journal, scorer.version, mode, freshness_days)
     to_send = first.new.height + first.in_doubt.height
     in_doubt = first.in_doubt.height
     new_cost = int(first.new["cost"].sum() or 0)

@@ -128,7 +128,7 @@ def _city_ar(row: Mapping[str, Any]) -> str:
 def adjusted(row: Mapping[str, Any], name: str) -> float:
     """A benchmark percentile scaled to the property type, as the price bucket uses it and the
     answer reports it."""
-    value = type_adjusted_row({**row, "type_factor": row.get("type_factor")}, name)
+    value = type_adjusted_row(row, name)
     assert value is not None  # only asked of a row with a benchmark
     return value
 

@@ -131,8 +131,7 @@ def _halala_row(x: float) -> float:
 
 def type_adjusted_row(row: Row, name: str) -> float | None:
     """`type_adjusted` for one row."""
-    value = row[f"benchmark_{name}_sqm"]
-    factor = row["type_factor"]
+    value, factor = row[f"benchmark_{name}_sqm"], row.get("type_factor")
     return None if value is None else _halala_row(value * (1.0 if factor is None else factor))
 
 

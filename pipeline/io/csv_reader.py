@@ -195,8 +195,7 @@ def _chosen_codec(path: Path, head: bytes, encoding: str | None) -> tuple[str, s
         family = "utf-8" if detected == "utf-8-sig" else "utf-16"
         if named.startswith(family):
             return detected, None
-        mark = f"a {family.upper()} byte-order mark"
-        return detected, f"--encoding {encoding} not used: the file begins with {mark}"
+        return detected, _not_used(encoding, f"begins with a {family.upper()} byte-order mark")
     if not named.startswith("utf") and _is_utf8_arabic(head):
         return "utf-8", _not_used(encoding, "is UTF-8 Arabic text")
     return named, None
