@@ -77,9 +77,14 @@ def test_a_valid_request_passes():
             "property.price must be at most 100,000,000,000",
         ),
         (
-            {"property__price": -math.inf},
+            {"property__price": -math.inf},  # -1e400: not positive, whatever its size
             "property.price",
-            "property.price must be a finite number",
+            "property.price must be a positive number (> 0)",
+        ),
+        (
+            {"property__bedrooms": -math.inf},
+            "property.bedrooms",
+            "property.bedrooms must not be negative (>= 0)",
         ),
         ({"property__price": "900k"}, "property.price", "property.price must be a number"),
         ({"property__area": -50}, "property.area", "property.area must be a positive number (> 0)"),

@@ -95,10 +95,11 @@ def _finite(column: str) -> Rule:
 
 def _positive(column: str) -> list[Rule]:
     path = FIELD_PATHS[column]
-    return [  # a number too large for a float (1e400) is said to be too large, not infinite
+    # 1e400 (infinite as a float) is said to be too large and -1e400 not positive: only NaN
+    # is left for "finite"
+    return [
         _required(column),
         _at_most(column),
-        _finite(column),
         _number_rule(
             column,
             "positive",
@@ -106,6 +107,7 @@ def _positive(column: str) -> list[Rule]:
             _c(column) <= 0,
             lambda v: v <= 0,
         ),
+        _finite(column),
     ]
 
 
@@ -114,7 +116,6 @@ def _whole_non_negative(column: str) -> list[Rule]:
     value = _c(column)
     return [
         _at_most(column),
-        _finite(column),
         _number_rule(
             column,
             "non_negative",
@@ -122,6 +123,7 @@ def _whole_non_negative(column: str) -> list[Rule]:
             value < 0,
             lambda v: v < 0,
         ),
+        _finite(column),
         _number_rule(
             column,
             "whole",
