@@ -20,9 +20,9 @@ from pipeline.engine.names import normalize_name, normalize_name_expr
 # Joins a city key and a district key into one string key; neither can contain it.
 _SEP = "\x1f"
 # Words around a city's name that name no other city: "مدينة الرياض", "محافظة الخرج",
-# "Riyadh City", "Al Kharj Governorate" (normalised: ة -> ه, lower case). No city of the table
-# begins or ends so; districts can ("مدينة العمال"), so they keep them.
-_CITY_WORDS = r"^(?:مدينه|محافظه) | (?:city|governorate)$"
+# "Riyadh City", "City of Riyadh", "Al Kharj Governorate" (normalised: ة -> ه, lower case).
+# No city of the table begins or ends so; districts can ("مدينة العمال"), so they keep them.
+_CITY_WORDS = r"^(?:مدينه|محافظه|city of|governorate of) | (?:city|governorate)$"
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,9 @@ def city_key(name: str | None) -> str | None:
     key = normalize_name(name)
     if key is None:
         return None
-    key = re.sub(_CITY_WORDS, "", key) or key
+    bare = re.sub(_CITY_WORDS, "", key)
+    if bare and bare != key:  # normalised again: "governorate of al kharj" -> "kharj"
+        key = normalize_name(bare) or key
     return load_aliases().cities.get(key, key)
 
 
@@ -140,7 +142,8 @@ def city_key_expr(expr: pl.Expr) -> pl.Expr:
     """`city_key` over a column of city names."""
     key = normalize_name_expr(expr)
     bare = key.str.replace_all(_CITY_WORDS, "")
-    return pl.when(bare != "").then(bare).otherwise(key).replace(load_aliases().cities)
+    stripped = pl.when(bare == key).then(key).otherwise(normalize_name_expr(bare))
+    return pl.when(bare != "").then(stripped).otherwise(key).replace(load_aliases().cities)
 
 
 def district_key_expr(expr: pl.Expr, city_key: pl.Expr | None = None) -> pl.Expr:
