@@ -755,6 +755,33 @@ def test_a_stop_signal_mid_run_says_how_to_go_on_and_the_rerun_pays_only_the_res
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
+def test_a_stop_signal_while_writing_records_what_the_run_paid(tmp_path, db, monkeypatch):
+    # Found by QA: stopped once every row was paid, the record said 0 decisions spent.
+    import os
+    import signal
+
+    import pipeline.batch.run as run
+
+    def stopped_while_writing(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(run, "write_output", stopped_while_writing)
+    manifest = tmp_path / "manifest.json"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", str(tmp_path / "w.journal"), "--quiet"]  # fmt: skip
+    assert main([*args, "--manifest", str(manifest)]) == 130
+    record = json.loads(manifest.read_text())
+    assert balance(db) == 5000 - DISTINCT_VALID
+    assert (record["exit_code"], record["decisions_spent"]) == (130, DISTINCT_VALID)
+    assert (record["balance_before"], record["balance_after"]) == (5000, 5000 - DISTINCT_VALID)
+    assert record["rows"] == PORTFOLIO_ROWS and record["scorer"] is not None
+    assert "interrupted" in record["error"]
+
+    monkeypatch.undo()
+    assert main(args) == 0  # the rerun writes the outputs and pays nothing more
+    assert balance(db) == 5000 - DISTINCT_VALID
+
+
 def test_with_json_a_failed_run_still_prints_a_document(tmp_path, db, capsys):
     missing = tmp_path / "nope.csv"
     code = main(["score", str(missing), "-o", str(tmp_path / "o.csv"), "--db", db,

@@ -161,14 +161,16 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _interrupted(stop: KeyboardInterrupt) -> Interrupted:
-    """The stop as an error that says how to go on, with what the run had paid (when it was
-    stopped while scoring) for its record."""
+    """The stop as an error that says how to go on, with what the run had paid (once it was
+    charging) for its record, and its summary when it was stopped while writing."""
     error = Interrupted(
         "interrupted; what was scored and paid is kept in the run journal. Run the same command "
         "again to go on (nothing paid is paid twice):\n  " + command_line(sys.argv)
     )
     error.decisions_spent = getattr(stop, "decisions_spent", 0)  # type: ignore[attr-defined]
     error.balance_before = getattr(stop, "balance_before", None)  # type: ignore[attr-defined]
+    error.outcome = getattr(stop, "outcome", None)  # type: ignore[attr-defined]
+    error.scorer_version = getattr(stop, "scorer_version", None)  # type: ignore[attr-defined]
     return error
 
 

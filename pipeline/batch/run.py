@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -657,6 +658,18 @@ def _same_file(output: Path, source: Path) -> bool:
     return output.resolve() == source.resolve()
 
 
+@contextmanager
+def _stop_records_spend(budget: Budget, balance_before: int | None) -> Iterator[None]:
+    """A stop (Ctrl-C, SIGTERM) once charging has begun carries what the run had paid, for
+    the record of the stop: scoring, assembling or writing, the decisions are spent."""
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        stop.decisions_spent = budget.spent  # type: ignore[attr-defined]
+        stop.balance_before = balance_before  # type: ignore[attr-defined]
+        raise
+
+
 def run_batch(
     options: BatchOptions,
     scorer: Scorer,
@@ -709,91 +722,89 @@ def run_batch(
     budget = Budget(options.budget)
     executor = Executor(scorer, journal, budget)
     context = RunContext(options, prepared.raw, freshness_days, resuming)
-    with ThreadPoolExecutor(max_workers=1) as aside:
-        # Which listing each row is (a hash of every row, polars without the GIL) is worked
-        # out on the other core while the rows are scored.
-        keys = aside.submit(listing_keys, prepared.requests) if journal is not None else None
-        try:
+    with _stop_records_spend(budget, balance_before):
+        with ThreadPoolExecutor(max_workers=1) as aside:
+            # Which listing each row is (a hash of every row, polars without the GIL) is worked
+            # out on the other core while the rows are scored.
+            keys = aside.submit(listing_keys, prepared.requests) if journal is not None else None
             scored = score_requests(unique, executor, context, progress)
-        except KeyboardInterrupt as stop:  # what was paid, for the record of the stop
-            stop.decisions_spent = budget.spent  # type: ignore[attr-defined]
-            stop.balance_before = balance_before  # type: ignore[attr-defined]
-            raise
-        listings = keys.result() if keys is not None else None
-    results = assemble(prepared, keyed, scored.drop("fingerprint"))
-    rejects = rejects_table(prepared)
-    changes = None
-    if journal is not None:
-        previous = journal.previous_verdicts()
-        changes = changed_verdicts(results, listings, previous)
+            listings = keys.result() if keys is not None else None
+        results = assemble(prepared, keyed, scored.drop("fingerprint"))
+        rejects = rejects_table(prepared)
+        changes = None
+        if journal is not None:
+            previous = journal.previous_verdicts()
+            changes = changed_verdicts(results, listings, previous)
 
-    balance_after = scorer.balance()
-    if balance_before is None and balance_after is not None:
-        # A remote service tells the balance only in its answers: before = after + this
-        # run's spend (what colleagues spent meanwhile is not known, so not counted).
-        balance_before = balance_after + budget.spent
-        notes.append(("Balance before", "the service's last answer plus this run's spend"))
-    summary = summarise(
-        options, results, fingerprint=fingerprint, spent=budget.spent,
-        balance=(balance_before, balance_after), workspace=workspace, started=started,
-        clock=clock,
-        notes=[
-            ("Budget", "none" if options.budget is None else options.budget),
-            duplicates,
-            ("Reused from the journal (0 decisions)", executor.reused),
-            *([("Replayed from an earlier run's charges (not paid again)", executor.replayed)]
-              if executor.replayed else []),
-            ("Verdicts changed since last run", 0 if changes is None else changes.height),
-            ("Scorer", scorer.name),
-            *notes,
-        ],
-    )  # fmt: skip
-    exit_code = summary.exit_code
-    # A finished run is kept in the journal, to answer a rerun of the unchanged file.
-    keeping = journal if journal is not None and exit_code == EXIT_OK else None
-    if keeping is not None:
-        keeping.forget_last_run()  # its files are about to be rewritten
-    typed = _typed_input(options)
-    # A Parquet output holding exactly `results` (no input column typed again): the journal's
-    # copy is then a copy of its bytes.
-    parquet = next((o for o in options.outputs if output_format(o) == "parquet"), None)
-    if typed is not None:
-        parquet = None
-    written: list[Path] = []
-    try:
-        with ThreadPoolExecutor(max_workers=1) as beside:
-            # The journal's files are written while the outputs are (polars writes release the
-            # GIL): this run's verdicts, and a copy of the output a rerun of an unchanged file
-            # answers from.
-            saved = []
-            if journal is not None:
-                verdicts = results.select("verdict").with_columns(listing=listings)
-                saved.append(beside.submit(journal.save_verdicts, verdicts, previous))
-            if keeping is not None and parquet is None:
-                saved.append(beside.submit(keeping.write_last_run, results, rejects))
-            for output in options.outputs:
-                progress(f"writing {output.name}", 0, results.height, budget.spent)
-                write_output(
-                    output, results, rejects=rejects, summary=summary, changes=changes,
-                    csv_bom=options.csv_bom, typed_input=typed,
-                )  # fmt: skip
-                written.append(output)
-                progress(f"writing {output.name}", results.height, results.height, budget.spent)
-                if keeping is not None and output == parquet:
-                    copy = beside.submit(keeping.write_last_run, results, rejects, written=output)
-                    saved.append(copy)
-            for done in saved:
-                done.result()
-    except PipelineError as exc:
-        # Charged by then: the caller's record of the failure says what was paid, and what
-        # was written.
-        exc.outcome = BatchOutcome(summary, results, rejects, written, changes)
-        exc.scorer_version = scorer.version
-        raise
-    if keeping is not None:
-        keeping.finish_run(freshness_days)
-        keeping.keep_last_run(
-            key, min(executor.oldest_reused, started.timestamp()), [duplicates, *prepared.notes]
-        )
+        balance_after = scorer.balance()
+        if balance_before is None and balance_after is not None:
+            # A remote service tells the balance only in its answers: before = after + this
+            # run's spend (what colleagues spent meanwhile is not known, so not counted).
+            balance_before = balance_after + budget.spent
+            notes.append(("Balance before", "the service's last answer plus this run's spend"))
+        summary = summarise(
+            options, results, fingerprint=fingerprint, spent=budget.spent,
+            balance=(balance_before, balance_after), workspace=workspace, started=started,
+            clock=clock,
+            notes=[
+                ("Budget", "none" if options.budget is None else options.budget),
+                duplicates,
+                ("Reused from the journal (0 decisions)", executor.reused),
+                *([("Replayed from an earlier run's charges (not paid again)", executor.replayed)]
+                  if executor.replayed else []),
+                ("Verdicts changed since last run", 0 if changes is None else changes.height),
+                ("Scorer", scorer.name),
+                *notes,
+            ],
+        )  # fmt: skip
+        exit_code = summary.exit_code
+        # A finished run is kept in the journal, to answer a rerun of the unchanged file.
+        keeping = journal if journal is not None and exit_code == EXIT_OK else None
+        if keeping is not None:
+            keeping.forget_last_run()  # its files are about to be rewritten
+        typed = _typed_input(options)
+        # A Parquet output holding exactly `results` (no input column typed again): the journal's
+        # copy is then a copy of its bytes.
+        parquet = next((o for o in options.outputs if output_format(o) == "parquet"), None)
+        if typed is not None:
+            parquet = None
+        written: list[Path] = []
+        try:
+            with ThreadPoolExecutor(max_workers=1) as beside:
+                # The journal's files are written while the outputs are (polars writes release the
+                # GIL): this run's verdicts, and a copy of the output a rerun of an unchanged file
+                # answers from.
+                saved = []
+                if journal is not None:
+                    verdicts = results.select("verdict").with_columns(listing=listings)
+                    saved.append(beside.submit(journal.save_verdicts, verdicts, previous))
+                if keeping is not None and parquet is None:
+                    saved.append(beside.submit(keeping.write_last_run, results, rejects))
+                for output in options.outputs:
+                    progress(f"writing {output.name}", 0, results.height, budget.spent)
+                    write_output(
+                        output, results, rejects=rejects, summary=summary, changes=changes,
+                        csv_bom=options.csv_bom, typed_input=typed,
+                    )  # fmt: skip
+                    written.append(output)
+                    progress(f"writing {output.name}", results.height, results.height, budget.spent)
+                    if keeping is not None and output == parquet:
+                        copy = beside.submit(
+                            keeping.write_last_run, results, rejects, written=output
+                        )
+                        saved.append(copy)
+                for done in saved:
+                    done.result()
+        except (PipelineError, KeyboardInterrupt) as exc:
+            # Charged by then: the caller's record of the failure (or of the stop) says what was
+            # paid, and what was written.
+            exc.outcome = BatchOutcome(summary, results, rejects, written, changes)  # type: ignore[union-attr]
+            exc.scorer_version = scorer.version  # type: ignore[union-attr]
+            raise
+        if keeping is not None:
+            keeping.finish_run(freshness_days)
+            keeping.keep_last_run(
+                key, min(executor.oldest_reused, started.timestamp()), [duplicates, *prepared.notes]
+            )
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
