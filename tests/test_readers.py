@@ -209,6 +209,7 @@ def write_xlsx(path: Path) -> Path:
     stamp = workbook.add_format({"num_format": "yyyy-mm-dd hh:mm"})
     sheet.write_datetime(2, 3, dt.datetime(2024, 5, 1, 13, 30), stamp)
     sheet.write_row(4, 0, [1 / 3, 0.1 + 0.2])  # row 4 left empty on purpose
+    sheet.write_datetime(4, 3, dt.time(9, 30), workbook.add_format({"num_format": "hh:mm"}))
     sheet.write_string(4, 2, "=1+1")  # text that looks like a formula stays text
     workbook.add_worksheet("Other").write_row(0, 0, ["only", "here"])
     workbook.close()
@@ -224,7 +225,7 @@ def test_xlsx_cells_come_back_as_the_text_a_user_sees(tmp_path: Path) -> None:
             "السعر": ["1500000", "1,200,000", None, "0.3333333333333333"],
             "Area": ["120.5", "99999999.99", None, "0.3"],
             "type": ["شقة", "فيلا", None, "=1+1"],
-            "listed": ["2024-05-01", "2024-05-01 13:30:00", None, None],
+            "listed": ["2024-05-01", "2024-05-01 13:30:00", None, "09:30:00"],
             "ok": ["true", "false", None, None],
             "column_6": [None, "x", None, None],
             "Area_2": ["7", "-50", None, None],
@@ -376,6 +377,38 @@ def test_error_cells_keep_their_error_text(tmp_path: Path) -> None:
         read_table(path),
         {"price": ["#N/A", "950000"], "age": ["3", "#VALUE!"], "note": [None, "fine"]},
     )
+
+
+def test_formulas_without_a_saved_result_stop_the_run_naming_one(tmp_path: Path) -> None:
+    # Found by QA: openpyxl writes formulas uncalculated; they read as empty (price "required")
+    # and a last row holding only such formulas vanished.
+    import openpyxl
+
+    path = tmp_path / "scripted.xlsx"
+    workbook = openpyxl.Workbook()
+    sheet = workbook.active
+    sheet.append(["price", "area"])
+    sheet.append([950000, 120])
+    sheet.append(["=3000000+200000", '=IF(B2>5,"<big>","")'])
+    workbook.save(path)
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value) == (
+        f"{path}: sheet 'Sheet' holds formulas without a saved result (cell A3: "
+        "=3000000+200000), which read as empty: the program that wrote the file did not "
+        "calculate them. Open the file in Excel or LibreOffice, save it, and run again"
+    )
+
+
+def test_formulas_with_saved_results_read_as_their_results(tmp_path: Path) -> None:
+    path = tmp_path / "calculated.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["price", "note"])
+    sheet.write_formula(1, 0, "=3000000+200000", None, 3200000)
+    sheet.write_formula(1, 1, '=IF(A2>5,"","x")', None, "")  # an empty text result
+    workbook.close()
+    assert_text_frame(read_table(path), {"price": ["3200000"], "note": [None]})
 
 
 # --- Parquet ------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ cells: `xlsx_sheet_xml`). Three artefacts of that conversion are undone here:
   printed in full, so a value read and written back is the value in the cell;
 
 - a datetime at midnight becomes the date alone (``2024-05-01``), which is what a date cell shows;
+- a time of day alone (a cell holding 09:30, no date) becomes the time alone (``09:30:00``),
+  not a datetime on calamine's day zero (``1899-12-31 09:30:00``);
 - a number of 10^8 or more with a fraction prints binary noise in its 9 decimals
   (99999999.99 -> ``99999999.989999995``); such text is re-printed as the shortest decimal that
   reads back as the same double (``99999999.99``).
@@ -30,6 +32,7 @@ from pipeline.errors import InputError
 from pipeline.io.xlsx_sheet_xml import restore_cells
 
 MIDNIGHT = r"^(\d{4}-\d{2}-\d{2}) 00:00:00$"
+TIME_OF_DAY = r"^1899-12-31 (\d{2}:\d{2}:\d{2})$"  # no date cell of Excel's is before 1900
 FLOAT_NOISE = r"^-?\d{8,}\.\d{9}$"
 NINE_DECIMALS = r"^-?\d+\.\d{9}$"  # how the text conversion prints a number it cut short
 
@@ -57,6 +60,13 @@ def read_xlsx(
     raw = _with_all_digits(workbook, index, raw)
     raw = raw.with_columns(_tidy(pl.col(c)) for c in raw.columns)
     restored = restore_cells(path, index, raw)
+    if restored.no_result is not None:
+        cell, formula = restored.no_result
+        raise InputError(
+            f"{path}: sheet {names[index]!r} holds formulas without a saved result (cell {cell}:"
+            f" {formula}), which read as empty: the program that wrote the file did not "
+            "calculate them. Open the file in Excel or LibreOffice, save it, and run again"
+        )
     raw = restored.frame
     headers = list(raw.row(0))
     details = {
@@ -161,7 +171,7 @@ def _tidy(cell: pl.Expr) -> pl.Expr:
     return (
         pl.when(cell.str.contains(FLOAT_NOISE))
         .then(shortest.str.replace(r"\.0$", ""))
-        .otherwise(cell.str.replace(MIDNIGHT, "$1"))
+        .otherwise(cell.str.replace(TIME_OF_DAY, "$1").str.replace(MIDNIGHT, "$1"))
     )
 
 

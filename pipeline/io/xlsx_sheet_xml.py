@@ -9,6 +9,9 @@
 - Error cells (#N/A, #DIV/0!, #VALUE!), which calamine reads as empty: they get their error
   text back, so a rejected row says "'#N/A'" where the user sees #N/A, not "empty", and the
   output keeps the cell as it was.
+- Formulas without a saved result (a workbook written by a program that does not calculate,
+  never opened in Excel), which calamine reads as empty, or drops with their row when they end
+  the sheet: found, so the run can refuse the file instead of scoring blanks.
 
 The sheet's XML counts rows and columns from A1, the frame from the first cell that holds a
 value. Where the frame starts is worked out from the XML, then checked: the sheet's first number
@@ -46,6 +49,11 @@ _NUMBER_CELL = re.compile(
     + rb"<(?:\w+:)?v>(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)</"
 )
 CHECKED_NUMBERS = 200
+# The end of a formula cell with no result: no value element, or an empty-element one as
+# openpyxl writes (an empty text result is <v></v>). Only unprefixed tags: the writers that
+# skip calculating use none.
+_NO_RESULT = re.compile(rb"</f>(?:<v\s*/>)?</c>")
+_CELL_START = re.compile(rb'<c\s+r="([A-Z]+[0-9]+)"([^>]*)>')
 _NS = {
     "m": "http://schemas.openxmlformats.org/spreadsheetml/2006/main",
     "r": "http://schemas.openxmlformats.org/officeDocument/2006/relationships",
@@ -66,15 +74,27 @@ class Restored:
     frame: pl.DataFrame
     merged_down: list[str]  # the merges filled ("B2:B5")
     not_placed: str | None = None  # what could not be restored, when the place was not sure
+    # The first formula without a saved result: (cell, formula), as "A2", "=B2*2"
+    no_result: tuple[str, str] | None = None
 
 
 def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored:
     """`frame` (a sheet as read, its first row the header) with its error cells' text and
-    each merge down a column filled with its top value."""
+    each merge down a column filled with its top value; or, when the table holds a formula
+    without a saved result, the frame as read and that formula."""
     xml = _sheet_xml(path, sheet_index)
-    if xml is None or (b"mergeCell" not in xml and b't="e"' not in xml):
+    if xml is None:
+        return Restored(frame, [])
+    unsaved = b"<f" in xml and _NO_RESULT.search(xml) is not None
+    if not unsaved and b"mergeCell" not in xml and b't="e"' not in xml:
         return Restored(frame, [])
     origin = _origin(xml, frame)
+    if unsaved:  # one above the table (a title) is not read; one in it or below it is lost
+        no_result = formula_without_result(xml, from_row=0 if origin is None else origin[0])
+        if no_result is not None:
+            return Restored(frame, [], no_result=no_result)
+    if b"mergeCell" not in xml and b't="e"' not in xml:
+        return Restored(frame, [])
     if origin is None:
         merges = len(_merges(xml))
         errors = sum(1 for _ in _ERROR_CELL.finditer(xml))
@@ -83,6 +103,22 @@ def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored
         return Restored(frame, [], found or None)
     frame = _with_errors(xml, origin, frame)
     return Restored(*_filled_down(xml, origin, frame))
+
+
+def formula_without_result(xml: bytes, *, from_row: int = 0) -> tuple[str, str] | None:
+    """The first formula cell of a sheet's XML, in row `from_row` (0-based) or below, that
+    holds no result: (cell, "=formula")."""
+    for end in _NO_RESULT.finditer(xml):
+        start = xml.rfind(b"<c ", 0, end.start())
+        cell = _CELL_START.match(xml, start) if start >= 0 else None
+        if cell is None or re.search(rb'\bt="(?!n")', cell.group(2)):
+            continue  # a text, boolean or error result, empty as it may be
+        ref = cell.group(1).decode()
+        if int(ref.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ")) - 1 < from_row:
+            continue
+        text = ElementTree.fromstring(xml[cell.end() : end.start()] + b"</f>").text or ""
+        return ref, "=" + text
+    return None
 
 
 def _with_errors(xml: bytes, origin: tuple[int, int], frame: pl.DataFrame) -> pl.DataFrame:
