@@ -9,6 +9,7 @@ import argparse
 import json
 import socket
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,15 @@ def _db(args: argparse.Namespace, settings: Settings) -> Path:
 
 
 def _key_row(info: KeyInfo) -> dict[str, Any]:
+    def when(timestamp: float | None) -> str | None:
+        return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC).isoformat()
+
     return {
         "account": info.account,
         "key": info.display,
-        "created_at": info.created_at,
+        "created_at": when(info.created_at),
         "revoked": info.revoked_at is not None,
+        "revoked_at": when(info.revoked_at),
     }
 
 

@@ -579,6 +579,10 @@ def test_outputs_that_cannot_be_written_stop_the_run_before_any_charge(tmp_path,
     args = [str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "ok.csv"), "-o", str(folder)]
     assert score(db, *args) == 2
     assert f"{folder}: is a folder" in capsys.readouterr().err
+    assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path)) == 2  # no extension
+    assert f"{tmp_path}: is a folder; name the file to write (-o {tmp_path}/NAME.xlsx)" in (
+        capsys.readouterr().err
+    )
     under_a_file = tmp_path / "ok.csv" / "scored.xlsx"  # ok.csv would be a file by then
     (tmp_path / "ok.csv").write_text("x")
     assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(under_a_file)) == 2

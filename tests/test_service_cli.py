@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,10 @@ def test_account_and_key_commands(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["key", "list", *db]) == 0
     listed = capsys.readouterr().out
     assert key not in listed and key[:11] in listed and key[-4:] in listed
+    assert json.loads(listed)["created_at"].startswith(f"{datetime.now(UTC).year}-")
     assert main(["key", "revoke", key[:11], *db]) == 0
-    assert json.loads(capsys.readouterr().out)["revoked"] is True
+    revoked = json.loads(capsys.readouterr().out)
+    assert revoked["revoked"] is True and revoked["revoked_at"].endswith("+00:00")
     assert main(["key", "revoke", "sk-nothere", *db]) == 2
 
 

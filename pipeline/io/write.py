@@ -51,15 +51,14 @@ def check_output_capacity(path: Path, rows: int, columns: int | None = None) -> 
     TooManyRowsError when an .xlsx output would need more than 1,048,575 data rows or 16,384
     columns.
     """
+    path = Path(path)
+    if path.is_dir():
+        suffix = path.suffix if path.suffix.lower() in OUTPUT_FORMATS else ".xlsx"
+        raise UsageError(f"{path}: is a folder; name the file to write (-o {path}/NAME{suffix})")
     if output_format(path) == "xlsx":
         from pipeline.io.xlsx_writer import check_xlsx_capacity  # xlsxwriter: only for workbooks
 
         check_xlsx_capacity(path, rows, columns)
-    path = Path(path)
-    if path.is_dir():
-        raise UsageError(
-            f"{path}: is a folder; name the file to write (-o {path}/NAME{path.suffix})"
-        )
     blocking = next((p for p in path.parents if p.exists()), None)
     if blocking is not None and not blocking.is_dir():
         raise UsageError(f"{path}: cannot be written: {blocking} is a file, not a folder")
