@@ -123,6 +123,16 @@ def test_dry_run_charges_nothing_and_predicts_the_real_cost(tmp_path, mode, caps
     assert replanned["decisions_needed"] == 0 and replanned["already_scored"] == DISTINCT_VALID
 
 
+def test_a_dry_run_against_a_ledger_that_is_not_there_makes_none(tmp_path, capsys):
+    # Found by QA: a mistyped --db made a ledger with a local workspace of 100,000 decisions.
+    missing = tmp_path / "mistyped.db"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "--db", str(missing), "--dry-run",
+            "--journal", str(tmp_path / "j.journal")]  # fmt: skip
+    assert main(args) == 2
+    assert f"no ledger at {missing}: check --db" in capsys.readouterr().err
+    assert not missing.exists()
+
+
 def test_priority_scores_the_highest_values_first(tmp_path):
     job = Job(tmp_path)
     assert job.score(SAMPLE / "portfolio.csv", "--budget", "20", "--priority", "Price (SAR)") == 3

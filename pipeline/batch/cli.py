@@ -123,6 +123,7 @@ def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[Loca
         settings,
         args.db,
         charges_local=workspace == settings.ledger.workspace,
+        must_exist=args.dry_run,  # a dry run makes nothing: a mistyped --db is said to be
         stale_in_flight_s=0,
     )
     ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
