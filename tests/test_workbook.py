@@ -18,6 +18,7 @@ from openpyxl.workbook.workbook import Workbook
 
 from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_SCHEMA, SAR_COLUMNS
 from pipeline.errors import OutputError
+from pipeline.io.read import read_table
 from pipeline.io.write import write_output
 from pipeline.io.xlsx_text import (
     EXCEL_MAX_CHARS,
@@ -256,6 +257,26 @@ def test_text_past_the_excel_limit_is_cut_with_a_marker(tmp_path: Path) -> None:
     assert isinstance(value, str)
     assert value.endswith(TRUNCATION_MARKER)
     assert len(value) == EXCEL_MAX_CHARS
+
+
+def test_iso_dates_and_times_in_input_columns_become_excel_dates(tmp_path: Path) -> None:
+    # Found by QA: a workbook's date column came back as text, which no longer filters by date.
+    import datetime as dt
+
+    path = tmp_path / "scored.xlsx"
+    listed = ["2024-05-01", "2024-05-01 13:30:00", "09:30:00", "2024-02-30", "1800-01-01", None]
+    write(path, make_results().with_columns(pl.Series("listed", listed)))
+    sheet = openpyxl.load_workbook(path)["Results"]
+    column = [c.value for c in sheet[1]].index("listed") + 1
+    cells = [sheet.cell(row=r, column=column) for r in range(2, 8)]
+    assert [c.value for c in cells] == [
+        dt.datetime(2024, 5, 1), dt.datetime(2024, 5, 1, 13, 30), dt.time(9, 30),
+        "2024-02-30", "1800-01-01", None,  # no such day; before Excel's first date
+    ]  # fmt: skip
+    assert [c.number_format for c in cells[:3]] == [
+        "yyyy-mm-dd", "yyyy-mm-dd hh:mm:ss", "hh:mm:ss"
+    ]  # fmt: skip
+    assert read_table(path)["listed"].to_list() == [*listed[:5], None]  # read back as written
 
 
 def test_nan_and_infinity_become_blank_cells(tmp_path: Path) -> None:

@@ -2,8 +2,9 @@
 
 This sheet is the bottleneck of a run that writes XLSX (PERF-NOTES.md), so the loop does no
 more per cell than bare xlsxwriter needs: each column's kind is decided once, rows come from one
-`iter_rows()` pass, and a text column whose values are all ASCII and none starts like a formula
-(found with one vectorised pass) goes straight to `write_string` without a look at each cell.
+`iter_rows()` pass, and a text column whose values are all ASCII, none a plain number or an ISO
+date and none starting like a formula (found with vectorised passes) goes straight to
+`write_string` without a look at each cell.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import polars as pl
+from xlsxwriter.format import Format
 from xlsxwriter.worksheet import Worksheet
 
 from pipeline.io.xlsx_styles import (
@@ -19,7 +21,16 @@ from pipeline.io.xlsx_styles import (
     column_widths,
     number_format,
 )
-from pipeline.io.xlsx_text import FORMULA_FIRST, NEEDS_A_LOOK, plain_numbers, reads_right_to_left
+from pipeline.io.xlsx_text import (
+    FORMULA_FIRST,
+    ISO_DATE,
+    ISO_DATETIME,
+    ISO_TIME,
+    NEEDS_A_LOOK,
+    iso_dates,
+    plain_numbers,
+    reads_right_to_left,
+)
 
 # Excel's "number stored as text" warning triangle, shown on the input's own columns when
 # they hold text like "1,500,000" on purpose.
@@ -47,7 +58,7 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     colour_status_columns(sheet, formats, columns, last_row)
     sheet.ignore_errors({"number_stored_as_text": _WHOLE_SHEET})
 
-    plain_text, checked_text = _split_text_columns(frame)
+    plain_text, checked_text = _split_text_columns(frame, formats.dates)
     num_cols = [
         (i, number_format(formats, name))
         for i, (name, dt) in enumerate(frame.schema.items())
@@ -55,6 +66,7 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     ]
     write_string = sheet.write_string
     write_number = sheet.write_number
+    write_datetime = sheet.write_datetime
     rtl, quoted, rtl_quoted = formats.text.rtl, formats.text.quoted, formats.text.rtl_quoted
     rtl_text = reads_right_to_left
     formula_first = FORMULA_FIRST
@@ -64,12 +76,14 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
             v = row[c]
             if v:  # null and "" are both an empty cell
                 write_string(r, c, v)
-        for c, numbers in checked_text:
+        for c, numbers, dates in checked_text:
             v = row[c]
             if not v:
                 continue
             if numbers is not None and (n := numbers[r - 1]) is not None:
                 write_number(r, c, n)
+            elif dates is not None and (d := dates[r - 1]) is not None:
+                write_datetime(r, c, *d)
             elif v.isascii():
                 if v[0] in formula_first:
                     write_string(r, c, v, quoted)
@@ -86,24 +100,47 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
 
 
 def _split_text_columns(
-    frame: pl.DataFrame,
-) -> tuple[list[int], list[tuple[int, list[float | None] | None]]]:
+    frame: pl.DataFrame, date_formats: dict[str, Format]
+) -> tuple[list[int], list[tuple[int, list[float | None] | None, list[tuple] | None]]]:
     """Text columns whose cells all go in as they are, and those that need a look per cell:
-    some cell is Arabic, starts like a formula or is a plain number (`plain_numbers`, given
-    beside the column, None when it has none). Decided with vectorised passes."""
+    some cell is Arabic, starts like a formula, is a plain number (`plain_numbers`, given
+    beside the column, None when it has none) or an ISO date or time (given as the value and
+    its cell format, None when it has none). Decided with vectorised passes."""
     text = [name for name, dt in frame.schema.items() if dt == pl.String]
     if not text or frame.height == 0:
         return [], []
     numbers = frame.select(plain_numbers(pl.col(n)).alias(n) for n in text)
     has_numbers = {n for n, count in zip(text, numbers.count().row(0), strict=True) if count}
+    dated = frame.select(pl.col(text).str.contains(_ANY_ISO).any()).row(0)
+    dates = {
+        name: _dates(frame[name], date_formats)
+        for name, any_date in zip(text, dated, strict=True)
+        if any_date
+    }
     flags = frame.select(pl.col(text).str.contains(NEEDS_A_LOOK).any()).row(0)
-    needs_look = {name for name, flag in zip(text, flags, strict=True) if flag} | has_numbers
+    needs_look = {name for name, flag in zip(text, flags, strict=True) if flag}
+    needs_look |= has_numbers | set(dates)
     index = {name: i for i, name in enumerate(frame.columns)}
     return (
         [index[n] for n in text if n not in needs_look],
         [
-            (index[n], numbers[n].to_list() if n in has_numbers else None)
+            (index[n], numbers[n].to_list() if n in has_numbers else None, dates.get(n))
             for n in text
             if n in needs_look
         ],
     )
+
+
+_ANY_ISO = "|".join((ISO_DATE, ISO_DATETIME, ISO_TIME))
+
+
+def _dates(column: pl.Series, date_formats: dict[str, Format]) -> list[tuple | None]:
+    """Each cell's (date, format) when it is an ISO date, datetime or time, else None."""
+    parts = column.to_frame().select(iso_dates(pl.col(column.name)).struct.unnest())
+    found: list[tuple | None] = [None] * column.len()
+    for kind in ("date", "datetime", "time"):
+        form = date_formats[kind]
+        for i, value in enumerate(parts[kind].to_list()):
+            if value is not None:
+                found[i] = (value, form)
+    return found

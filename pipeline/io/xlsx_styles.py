@@ -14,6 +14,7 @@ from xlsxwriter.workbook import Workbook
 from xlsxwriter.worksheet import Worksheet
 
 from pipeline.batch.result_columns import SAR_COLUMNS
+from pipeline.io.xlsx_text import DATE_FORMATS
 
 HEADER_FILL = "#D9E1F2"
 
@@ -92,6 +93,7 @@ class Formats:
     title: Format
     text: TextFormats
     numbers: dict[str, Format]
+    dates: dict[str, Format]  # by kind: date, datetime, time (`xlsx_text.DATE_FORMATS`)
     share: Format
     tones: dict[str, Format]  # cell formats for the Summary tables
     tone_conditional: dict[str, Format]  # conditional formats (fill and font only)
@@ -112,6 +114,7 @@ def make_formats(workbook: Workbook) -> Formats:
             rtl_quoted=workbook.add_format({**rtl, "quote_prefix": True}),
         ),
         numbers={f: workbook.add_format({"num_format": f}) for f in set(NUMBER_FORMATS.values())},
+        dates={kind: workbook.add_format({"num_format": f}) for kind, f in DATE_FORMATS.items()},
         share=workbook.add_format({"num_format": "0.0%"}),
         tones={tone: workbook.add_format(c) for tone, c in TONE_COLOURS.items()},
         tone_conditional={tone: workbook.add_format(c) for tone, c in TONE_COLOURS.items()},

@@ -2,7 +2,8 @@
 
 Excel holds at most 32,767 UTF-16 code units in a cell; longer text is cut with a visible
 marker instead of xlsxwriter's silent truncation. NaN and infinity have no cell form, so they
-become blank. Other dtypes than String and numbers (dates, booleans) are written as their text.
+become blank. Other dtypes than String and numbers (dates, booleans) are written as their text;
+text in ISO date form becomes a date cell (`xlsx_results`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,31 @@ def plain_numbers(column: pl.Expr) -> pl.Expr:
         & ~column.str.contains(r"^-?0\.0000")  # General shows 0.00000001 as 1E-08
     )
     return pl.when(plain).then(column.cast(pl.Float64, strict=False))
+
+
+# Dates and times as the readers give a workbook's date cells (ISO, `xlsx_reader`), and as
+# CSV exports write them: written back as Excel dates, so they filter and sort as dates. Years
+# 1900-9999 only: Excel has no date before 1900.
+ISO_DATE = r"^(?:19|[2-9][0-9])[0-9]{2}-[01][0-9]-[0-3][0-9]$"
+ISO_DATETIME = r"^(?:19|[2-9][0-9])[0-9]{2}-[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-5][0-9]$"
+ISO_TIME = r"^[0-2][0-9]:[0-5][0-9]:[0-5][0-9]$"
+DATE_FORMATS = {"date": "yyyy-mm-dd", "datetime": "yyyy-mm-dd hh:mm:ss", "time": "hh:mm:ss"}
+
+
+def iso_dates(column: pl.Expr) -> pl.Expr:
+    """A struct of the date, datetime or time a text cell is in ISO form (`date`, `datetime`,
+    `time` fields, at most one set; all null when it is none, or no real date: 2024-02-30)."""
+    return pl.struct(
+        date=pl.when(column.str.contains(ISO_DATE)).then(
+            column.str.to_date("%Y-%m-%d", strict=False)
+        ),
+        datetime=pl.when(column.str.contains(ISO_DATETIME)).then(
+            column.str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="us")
+        ),
+        time=pl.when(column.str.contains(ISO_TIME)).then(
+            column.str.to_time("%H:%M:%S", strict=False)
+        ),
+    )
 
 
 def has_arabic(text: str) -> bool:
