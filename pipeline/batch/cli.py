@@ -416,10 +416,12 @@ def run_again(outcome: BatchOutcome) -> str:
 
 
 def command_line(argv: list[str]) -> str:
-    """`argv` as a line to paste into a shell: quoted, and runnable however it was started
-    (`python -m pipeline` leaves the path of pipeline/__main__.py in argv[0])."""
+    """`argv` as the line that goes on with the run, to paste into a shell: quoted, runnable
+    however it was started (`python -m pipeline` leaves the path of pipeline/__main__.py in
+    argv[0]), and without `--fresh`, which would forget what this run paid and pay it again."""
     head = [sys.executable, "-m", "pipeline"] if Path(argv[0]).name == "__main__.py" else argv[:1]
-    return shlex.join([*head, *argv[1:]])
+    rest = [arg for arg in argv[1:] if not (arg.startswith("--fr") and "--fresh".startswith(arg))]
+    return shlex.join([*head, *rest])
 
 
 def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
