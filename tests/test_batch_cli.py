@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from pipeline.batch.journal import results_folder
 from pipeline.cli import main
 from pipeline.io.read import read_table
 
@@ -699,7 +700,7 @@ def test_a_lost_answers_file_puts_its_rows_in_doubt_and_they_are_not_paid_again(
     args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
             "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
     assert main([*args, "--budget", "100"]) == 3
-    answers = list(journal.with_suffix(".results").glob("*.answers.parquet"))
+    answers = list(results_folder(journal).glob("*.answers.parquet"))
     assert answers
     for path in answers:
         if damage == "delete":
@@ -724,7 +725,7 @@ def test_a_lost_rows_file_stops_the_run_saying_what_is_lost(tmp_path, db, capsys
     args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
             "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
     assert main([*args, "--budget", "100"]) == 3
-    for path in journal.with_suffix(".results").glob("*.rows.parquet"):
+    for path in results_folder(journal).glob("*.rows.parquet"):
         path.unlink()
     assert main(args) == 2
     assert "has lost the rows file of a batch it sent" in capsys.readouterr().err

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from pipeline.batch.journal import results_folder
 from pipeline.cli import main
 from pipeline.io.read import read_table
 
@@ -49,6 +50,33 @@ class Job:
 
     def results(self) -> pl.DataFrame:
         return pl.read_parquet(self.out)
+
+
+def test_journals_named_alike_but_for_their_suffix_keep_apart(tmp_path):
+    # Found by QA: job.riyadh and job.jeddah shared job.results, and a rerun of one job wrote
+    # the other job's last output as its own.
+    riyadh, jeddah = Job(tmp_path), Job(tmp_path / "j")
+    jeddah.db = riyadh.db  # one ledger, two jobs
+    riyadh.journal, jeddah.journal = str(tmp_path / "job.riyadh"), str(tmp_path / "job.jeddah")
+    other = tmp_path / "other.csv"
+    read_table(SAMPLE / "portfolio.csv").head(20).write_csv(other)
+    assert riyadh.score(SAMPLE / "portfolio.csv") == 0
+    assert jeddah.score(other) == 0
+    paid = riyadh.charged()
+    assert riyadh.score(SAMPLE / "portfolio.csv") == 0
+    assert riyadh.results().height == 371  # its own file, not the other job's
+    assert riyadh.charged() == paid  # unchanged since its last run: nothing paid
+    assert results_folder(Path(riyadh.journal)).name == "job.riyadh.results"
+
+
+def test_a_journal_made_with_its_folder_named_after_its_stem_keeps_it(tmp_path):
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    journal = Path(job.journal)
+    results_folder(journal).rename(journal.with_suffix(".results"))  # as earlier versions named it
+    assert results_folder(journal) == tmp_path / "job.results"
+    assert job.score(SAMPLE / "portfolio.csv", "--reasoning", "borderline") == 0
+    assert job.charged() < DISTINCT_VALID + 3 * 360  # the scores reused: explanations paid only
 
 
 def test_a_rerun_of_an_unchanged_file_charges_nothing(tmp_path):
@@ -263,10 +291,10 @@ def test_compaction_keeps_every_fresh_answer(tmp_path, monkeypatch):
     job = Job(tmp_path)
     assert job.score(SAMPLE / "portfolio.csv", "--budget", "100") == 3  # leaves batches behind
     assert job.score(SAMPLE / "portfolio.csv") == 0  # finishes, compacts
-    files = sorted(p.name for p in Path(job.journal).with_suffix(".results").glob("*.parquet"))
+    files = sorted(p.name for p in results_folder(Path(job.journal)).glob("*.parquet"))
     assert len(files) == 5 and sum(".answers." in f for f in files) == 1
-    (rows_file,) = Path(job.journal).with_suffix(".results").glob("*.rows.parquet")
-    (answers_file,) = Path(job.journal).with_suffix(".results").glob("*.answers.parquet")
+    (rows_file,) = results_folder(Path(job.journal)).glob("*.rows.parquet")
+    (answers_file,) = results_folder(Path(job.journal)).glob("*.answers.parquet")
     fingerprints = pl.read_parquet(rows_file)["fingerprint"]  # in one order: read unjoined
     assert fingerprints.equals(pl.read_parquet(answers_file)["fingerprint"])
     first = job.results()
@@ -291,7 +319,7 @@ def test_the_last_run_is_kept_as_a_copy_of_a_parquet_output_and_encoded_for_othe
 ):
     job = Job(tmp_path)
     assert job.score(SAMPLE / "portfolio.csv") == 0
-    kept = Path(job.journal).with_suffix(".results") / "last-run.results.parquet"
+    kept = results_folder(Path(job.journal)) / "last-run.results.parquet"
     assert kept.read_bytes() == job.out.read_bytes()  # copied, not written again
 
     job.out = tmp_path / "scored.csv"  # the same job's next output: CSV only
@@ -443,7 +471,7 @@ def test_rows_files_written_ahead_are_kept_only_for_batches_that_left(tmp_path, 
     assert job.charged() == 100
     with sqlite3.connect(job.journal) as db:
         listed = {name for (name,) in db.execute("SELECT rows_file FROM batches")}
-    folder = Path(job.journal).with_suffix(".results")
+    folder = results_folder(Path(job.journal))
     assert {p.name for p in folder.glob("*.rows.parquet")} == listed
     assert sorted(pl.read_parquet(folder / name).height for name in listed) == [20, 40, 40]
     assert job.score(SAMPLE / "portfolio.csv") == 0

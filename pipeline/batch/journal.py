@@ -84,13 +84,32 @@ def journal_path(cache_dir: Path, input_path: Path, target: str) -> Path:
     return cache_dir / name
 
 
+def results_folder(journal: Path) -> Path:
+    """The folder of a journal's files, named after the journal's whole name (job.riyadh ->
+    job.riyadh.results), so that two journals never share one. A journal made before it was
+    so keeps its folder named after its stem (job.results), where its files are."""
+    folder = journal.with_name(journal.name + ".results")
+    legacy = journal.with_suffix(".results")
+    if not folder.exists() and legacy != folder and legacy.is_dir() and journal.exists():
+        return legacy
+    return folder
+
+
+def lock_file(journal: Path) -> Path:
+    """The lock of a journal's job: X.lock for X.journal (as runs of earlier versions lock
+    it), the whole name + .lock for any other name (job.riyadh.lock, job.jeddah.lock)."""
+    if journal.suffix == ".journal":
+        return journal.with_suffix(".lock")
+    return journal.with_name(journal.name + ".lock")
+
+
 class Journal:
     def __init__(self, path: Path, *, verdicts: Path | None = None) -> None:
         """`verdicts`: where the listings' verdict history lives, when it should outlast the
         journal (one per formula and benchmark version: new benchmarks are exactly when
         verdicts change); by default beside the answers."""
         self.path = Path(path)
-        self.files = self.path.with_suffix(".results")
+        self.files = results_folder(self.path)
         self.verdicts_path = verdicts or self.files / "verdicts.parquet"
         self.files.mkdir(parents=True, exist_ok=True)
         try:
@@ -579,7 +598,7 @@ def _safe(batch_key: str) -> str:
 @contextmanager
 def job_lock(journal_file: Path) -> Iterator[None]:
     """One run of a job at a time: a second run (a slow nightly, a double cron) stops at once."""
-    lock_path = journal_file.with_suffix(".lock")
+    lock_path = lock_file(journal_file)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("a+") as handle:
         try:
