@@ -79,6 +79,25 @@ def test_a_journal_made_with_its_folder_named_after_its_stem_keeps_it(tmp_path):
     assert job.charged() < DISTINCT_VALID + 3 * 360  # the scores reused: explanations paid only
 
 
+def test_after_an_upgrade_an_unchanged_file_is_read_again_not_answered_from_its_output(
+    tmp_path, monkeypatch, capsys
+):
+    # Found by QA: a new type synonym did not reach a byte-identical file for 30 days.
+    import json
+
+    import pipeline.batch.run as run
+
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    monkeypatch.setattr(run, "_code_digest", lambda: "the next version")
+    capsys.readouterr()
+    assert job.score(SAMPLE / "portfolio.csv", "--json") == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert "Unchanged since the last run" not in notes
+    assert notes["Reused from the journal (0 decisions)"] == DISTINCT_VALID
+    assert job.charged() == DISTINCT_VALID
+
+
 def test_a_rerun_of_an_unchanged_file_charges_nothing(tmp_path):
     job = Job(tmp_path)
     assert job.score(SAMPLE / "portfolio.csv") == 0

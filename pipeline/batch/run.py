@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -493,11 +494,24 @@ def summarise(
     )
 
 
+@cache
+def _code_digest() -> str:
+    """The package's code and data as one digest: after an upgrade that reads, normalises or
+    validates rows otherwise (a new type synonym, a new rule), an unchanged file is run again
+    (its answers reused from the journal, free), not answered with an output made the old way."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".toml")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def _options_key(options: BatchOptions, scorer: Scorer) -> str:
     """What, besides the input's bytes, decides a run's output: a rerun with the same key and
     the same input can answer from the last run's output without reading the file again."""
     config = options.config.read_bytes() if options.config else b""
     parts = [
+        _code_digest(),
         scorer.version,
         options.reasoning,
         str(options.encoding),
