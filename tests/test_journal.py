@@ -143,6 +143,8 @@ def test_balance_out_then_topup_then_the_same_command_completes(tmp_path):
     assert (job.balance(), job.charged()) == (0, 50)
     skipped = job.results().filter(pl.col("status") == "skipped")
     assert set(skipped["error_code"]) == {"insufficient_decisions"}
+    # the balance left, not the 50 there were before the rows sent (found by QA)
+    assert skipped["error_message"][0].startswith("not scored: the workspace balance (0) is spent")
     main(["workspace", "topup", "acme", "1000", "--db", job.db])
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID

@@ -237,8 +237,9 @@ class Executor:
             return batch, None
         if by_budget <= by_balance:
             reason = (SKIPPED_BUDGET, "the run's --budget is spent")
-        else:
-            reason = (SKIPPED_BALANCE, f"the workspace balance ({balance}) is spent")
+        else:  # what is left once the rows sent are paid, not what there was before them
+            left = None if balance is None else balance - int(costs.head(rows).sum())
+            reason = (SKIPPED_BALANCE, f"the workspace balance ({left}) is spent")
         return batch.head(rows), reason
 
     def _doubt_groups(
