@@ -525,6 +525,32 @@ def test_a_refused_key_exits_2_before_anything_is_sent(tmp_path, service, monkey
     assert service.balance() == 10_000
 
 
+def test_a_service_that_cannot_be_reached_stops_the_run_before_anything(
+    tmp_path, monkeypatch, capsys
+):
+    # Found by QA: a wrong port passed the dry run, and the run replaced the last good output
+    # with failed rows.
+    import socket
+
+    from pipeline.cli import main
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]  # nothing listens there once closed
+    monkeypatch.setenv("DECISIONS_API_KEY", "sk-" + "a" * 40)
+    out = tmp_path / "remote.csv"
+    out.write_text("last night's output")
+    for extra in ("--dry-run", "--quiet"):
+        code = main(["score", str(PORTFOLIO), "-o", str(out), "--api-url",
+                     f"http://127.0.0.1:{port}", "--journal", str(tmp_path / "j.journal"),
+                     extra])  # fmt: skip
+        assert code == 2
+        assert f"the service at http://127.0.0.1:{port}/v1/decisions cannot be reached" in (
+            capsys.readouterr().err
+        )
+    assert out.read_text() == "last night's output"
+
+
 def test_a_journal_paid_by_one_workspace_is_not_reused_by_another(
     tmp_path, service, monkeypatch, capsys, small
 ):

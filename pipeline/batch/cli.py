@@ -305,6 +305,8 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         print_plan(outcome, as_json=args.json)
         return 0
     manifest = summary_json(outcome, scorer.version)
+    if remote is not None and remote.stop_message:  # why the run stopped, for a monitor
+        manifest["error"] = remote.stop_message
     if args.manifest:
         write_manifest(args.manifest, manifest)
     if args.json:

@@ -54,6 +54,7 @@ from pipeline.batch.scorers.base import (
 )
 from pipeline.batch.scorers.retry import (
     RETRY_STATUSES,
+    UNAVAILABLE_STATUSES,
     Pause,
     RetriesExhausted,
     RetryPolicy,
@@ -287,6 +288,13 @@ class HttpScorer:
         try:
             response = await client.get(url, headers=headers)
             body = response.json() if response.status_code in (200, 401) else None
+        except httpx.TransportError as exc:
+            # Nothing answers there (a wrong port, a service down): said before anything is
+            # sent, and before an output of an earlier run is overwritten with failed rows.
+            raise UsageError(
+                f"the service at {self.url} cannot be reached ({type(exc).__name__}: {exc}); "
+                "check --api-url (DECISIONS_API_URL) and that the service is running"
+            ) from None
         except (httpx.HTTPError, ValueError):
             return None
         if response.status_code == 401:
@@ -503,6 +511,18 @@ class HttpScorer:
             return self._halt(stop, fatal=True)
         if status == 422 and code == "validation_error":
             return _error_row(request_id, "rejected", code, message, body.get("field"))
+        if status in UNAVAILABLE_STATUSES:
+            # The service, or the proxy before it, says it cannot serve through every retry:
+            # as when it cannot be reached, the run stops rather than each row left spending
+            # its own retries finding that out.
+            stop = _Stop(
+                "failed",
+                "service_unavailable",
+                f"the service at {self.url} answered HTTP {status} {attempts} time(s), so the "
+                "run stopped; run the same command again once it is back: the same idempotency "
+                "keys make the retry safe",
+            )
+            return self._halt(stop, fatal=True)
         if status in RETRY_STATUSES:
             code = {429: "rate_limited", 409: "request_in_progress"}.get(
                 status, "service_unavailable"

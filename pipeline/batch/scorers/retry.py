@@ -9,7 +9,8 @@ was lost is replayed by the service, not charged again):
 
 Never retried: 400, 401, 402, 422 and every other status; a second try cannot change them.
 
-Waits: exponential backoff with full jitter (uniform in [0, min(cap, base * 2**n)]), or the
+Waits: exponential backoff with equal jitter (half of min(cap, base * 2**n), plus up to the
+other half at random), or the
 server's `Retry-After` when it sends one. A `Retry-After` is shared: it moves the "not before"
 time of the `Pause` that every worker waits on before sending, so a 429 slows the whole run, not
 one task. (A 409's Retry-After concerns our own request only and is not shared.) Attempts and
@@ -42,6 +43,8 @@ from tenacity import (
 from pipeline.batch.scorers.sending import Answer
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+# Of those, the ones that say the service itself is not serving (not this request's trouble).
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
 
 # The transport raises httpx's exceptions; the others are a safety net for what might escape.
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
@@ -65,7 +68,10 @@ def is_testing() -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
-    attempts: int = 6  # in all, the first included
+    # In all, the first included: the waits between 8 (see `_retry`) add up to 15-31 s, so a
+    # service restarting (a few seconds down) is waited for, and one that is down is found out
+    # within half a minute. Six attempts (0-8 s) ended runs during restarts.
+    attempts: int = 8
     total_s: float = 120.0  # no new attempt after this long since the first failure
     backoff_s: float = 0.25  # cap of the first backoff; doubles with every attempt
     max_backoff_s: float = 15.0
@@ -171,8 +177,10 @@ async def _retry(
                     return after
                 pause.hold(after)  # everyone waits, this worker too (at pause.wait below)
                 return 0.0
+        # Half the cap for sure, half at random: workers spread out, and the waits add up to
+        # at least half their caps' sum (full jitter could add up to almost nothing).
         cap = min(policy.max_backoff_s, policy.backoff_s * 2 ** (state.attempt_number - 1))
-        return random.uniform(0, cap)
+        return cap / 2 + random.uniform(0, cap / 2)
 
     stop = stop_after_attempt(policy.attempts) | stop_after_delay(policy.total_s)
     if stopped is not None:
