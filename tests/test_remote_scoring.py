@@ -551,6 +551,35 @@ def test_a_service_that_cannot_be_reached_stops_the_run_before_anything(
     assert out.read_text() == "last night's output"
 
 
+def test_the_same_service_under_another_address_is_refused_not_paid_again(
+    tmp_path, service, monkeypatch, capsys, small
+):
+    # Found by QA: 127.0.0.1 then localhost paid every row again, those in doubt included.
+    from pipeline.cli import main
+
+    settings = tmp_path / "settings.toml"
+    settings.write_text(f'[batch]\njournal_dir = "{tmp_path / "journals"}"\n', encoding="utf-8")
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+    first, other = f"{service.url}/", service.url.replace("127.0.0.1", "localhost") + "/"
+    base = ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet"]
+    for journal in ([], ["--journal", str(tmp_path / "j.journal")]):  # default, then named
+        assert main([*base, *journal, "--api-url", first]) == 0
+        paid = 10_000 - service.balance()
+        for extra in ([], ["--dry-run"]):
+            assert main([*base, *journal, "--api-url", other, *extra]) == 2
+            err = capsys.readouterr().err
+            assert (
+                f"this job's requests went to {first}, and this run would send them to "
+                f"{other}" in err
+            )
+            assert f"Run with --api-url {first} if that is the same service" in err
+        assert 10_000 - service.balance() == paid
+    assert main([*base, "--api-url", other, "--fresh"]) == 0  # asked for: paid again
+    assert main([*base, "--api-url", other]) == 0  # and the job now goes there
+    assert len(list((tmp_path / "journals").glob("*.journal"))) == 1
+
+
 def test_a_journal_paid_by_one_workspace_is_not_reused_by_another(
     tmp_path, service, monkeypatch, capsys, small
 ):

@@ -268,6 +268,11 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         owner = f"{workspace} in {scorer.ledger.path.resolve()}"
     journal_dir = settings.resolve(settings.batch.journal_dir)
     path = args.journal or journal_path(journal_dir, args.input, target)
+    if remote is not None and owner is not None and args.journal is None and not path.exists():
+        # One default journal per input and paying workspace, whatever the service's address
+        # is spelled: a second spelling finds the first one's journal, and is told (not paid
+        # again). A journal made before, named after the address, is kept.
+        path = journal_path(journal_dir, args.input, f"remote:{owner}:{args.workspace or ''}")
     # The verdict history outlives a change of benchmarks (which starts a new journal: its
     # answers were made with the old ones), to list the verdicts the new benchmarks flip.
     history = None
@@ -286,6 +291,15 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
                 owner,
                 hint="--workspace NAME (one journal per workspace) or, embedded, another "
                 "--journal for another ledger; or --fresh to score the file again and pay here",
+                record=not args.dry_run,
+            )
+        if remote is not None and not (args.dry_run and args.fresh):
+            first = journal.service()
+            journal.claim_service(
+                remote.address,
+                hint=f"Run with --api-url {first} if that is the same service; for another "
+                "service, give this job its own --journal PATH, or run with --fresh to score "
+                f"the file again and pay through {remote.address}",
                 record=not args.dry_run,
             )
         outcome = run_batch(

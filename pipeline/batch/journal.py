@@ -172,6 +172,26 @@ class Journal:
                 f"{hint}"
             )
 
+    def service(self) -> str | None:
+        """The service address this job's requests went to (`claim_service`), if recorded."""
+        return self._meta("service")
+
+    def claim_service(self, address: str, *, hint: str, record: bool = True) -> None:
+        """Record the service address this job's requests go to (unless not `record`: a dry
+        run). The address is part of every request's fingerprint and idempotency key, so
+        requests sent or answered through another address (the same service as `localhost`
+        and as 127.0.0.1, or another service) would all be paid again: UsageError while the
+        journal holds any."""
+        earlier = self._meta("service")
+        if earlier is not None and earlier != address and self._batches():
+            raise UsageError(
+                f"{self.path}: this job's requests went to {earlier}, and this run would send "
+                f"them to {address}: every one, those already paid too, would be paid again "
+                f"(the address is part of each request's idempotency key). {hint}"
+            )
+        if record and earlier != address:
+            self._set_meta("service", address)
+
     def start_run(self, input_fingerprint: str) -> None:
         self._set_meta("open_run", input_fingerprint)
 

@@ -260,8 +260,13 @@ class HttpScorer:
         return f"HttpScorer({self.version!r}, concurrency={self.config.concurrency})"
 
     @property
+    def address(self) -> str:
+        """The service's base address, as every request of the run is fingerprinted with it."""
+        return str(self.url.copy_with(path="/", query=None, fragment=None))
+
+    @property
     def version(self) -> str:
-        return f"remote:{self.url.copy_with(path='/', query=None, fragment=None)}"
+        return f"remote:{self.address}"
 
     def balance(self) -> int | None:
         return self._balance
