@@ -165,6 +165,8 @@ def test_dry_run_charges_nothing_and_predicts_the_real_cost(tmp_path, mode, caps
     if mode == "borderline":
         assert plan["scoring_decisions"] <= job.charged()
         assert job.charged() <= plan["borderline_worst_case"]
+        # a maximum to budget by (found by QA: it left out the verdicts not known yet)
+        assert plan["decisions_needed_at_most"] == plan["borderline_worst_case"]
     else:
         assert plan["decisions_needed"] == job.charged()
     assert job.score(SAMPLE / "portfolio.csv", "--reasoning", mode, "--dry-run", "--json") == 0

@@ -429,6 +429,10 @@ class Plan:
 
     @property
     def decisions_needed_at_most(self) -> int:
+        """What the run can spend at worst: rows in doubt paid, and in borderline mode every
+        verdict still unknown partial (`borderline_worst_case` counts both)."""
+        if self.borderline_worst_case is not None:
+            return self.borderline_worst_case
         return self.decisions_needed + self.in_doubt_decisions
 
     def lines(self) -> list[tuple[str, object]]:
@@ -450,7 +454,7 @@ class Plan:
                  self.in_doubt_decisions)
             )  # fmt: skip
         rows.append(("Decisions needed", self.decisions_needed))
-        if self.in_doubt_decisions:
+        if self.decisions_needed_at_most != self.decisions_needed:
             rows.append(("Decisions needed, at most", self.decisions_needed_at_most))
         rows += [
             ("Budget", "none" if self.budget is None else self.budget),
