@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -221,6 +222,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("decisions: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout left (`decisions workspace entries acme | head`): as a shell
+        # tool does, stop quietly; stdout is pointed at /dev/null so the exit flush is silent.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -442,6 +442,7 @@ def test_the_key_comes_from_env_or_a_file(tmp_path):
         env={"DECISIONS_API_URL": "https://api.example.com"},
     )
     assert scorer is not None and scorer.version == "remote:https://api.example.com/"
+    assert ApiKey("\ufeffsk-saved-by-notepad\r\n").reveal() == "sk-saved-by-notepad"  # QA
 
 
 def test_a_url_without_a_key_names_both_ways():

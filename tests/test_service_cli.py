@@ -125,3 +125,28 @@ def test_only_the_local_workspace_charged_is_made_in_a_named_ledger(
     assert main(["workspace", "show", "local", "--db", str(db)]) == 2
     assert "no workspace named 'local'" in capsys.readouterr().err
     assert [e["kind"] for e in SqliteLedger(db).entries("acme")] == ["opening"]
+
+
+def test_a_reader_that_stops_early_ends_the_listing_quietly(tmp_path: Path) -> None:
+    # Found by QA: `decisions workspace entries acme | head` ended in a BrokenPipeError traceback.
+    import os
+    import subprocess
+    import sys
+
+    from pipeline.ledger.sqlite import SqliteLedger
+
+    ledger = SqliteLedger(tmp_path / "l.db")
+    ledger.create_workspace("acme", 1)
+    for _ in range(2000):  # a listing longer than the pipe holds
+        ledger.topup("acme", 1)
+    root = Path(__file__).resolve().parents[1]
+    listing = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "workspace", "entries", "acme", "--db",
+         str(tmp_path / "l.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert listing.stdout is not None and listing.stdout.readline() == b"[\n"
+    listing.stdout.close()  # as `head -1` does
+    assert listing.wait(timeout=60) == 141
+    assert listing.stderr is not None and listing.stderr.read() == b""

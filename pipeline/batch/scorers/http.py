@@ -84,7 +84,7 @@ class ApiKey:
     __slots__ = ("_secret",)
 
     def __init__(self, secret: str) -> None:
-        secret = secret.strip()
+        secret = secret.strip().removeprefix("\ufeff").strip()  # a key file saved with a BOM
         if not secret or any(c.isspace() for c in secret) or not secret.isprintable():
             raise UsageError("the API key is empty or holds spaces; it should look like sk-...")
         self._secret = secret
