@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -379,6 +380,19 @@ def test_error_cells_keep_their_error_text(tmp_path: Path) -> None:
     )
 
 
+def test_a_time_of_day_with_a_fraction_of_a_second_reads_as_the_time(tmp_path: Path) -> None:
+    path = tmp_path / "times.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["at", "n"])
+    sheet.write_datetime(
+        1, 0, dt.time(9, 30, 0, 500_000), workbook.add_format({"num_format": "hh:mm:ss.000"})
+    )
+    sheet.write_number(1, 1, 1)
+    workbook.close()
+    assert read_table(path)["at"].to_list() == ["09:30:00.500"]
+
+
 def test_formulas_without_a_saved_result_stop_the_run_naming_one(tmp_path: Path) -> None:
     # Found by QA: openpyxl writes formulas uncalculated; they read as empty (price "required")
     # and a last row holding only such formulas vanished.
@@ -398,6 +412,60 @@ def test_formulas_without_a_saved_result_stop_the_run_naming_one(tmp_path: Path)
         "=3000000+200000), which read as empty: the program that wrote the file did not "
         "calculate them. Open the file in Excel or LibreOffice, save it, and run again"
     )
+
+
+def _with_sheet_xml(path: Path, change: Callable[[str], str]) -> Path:
+    """`path` rewritten with its first sheet's XML changed, as other writers lay it out."""
+    import zipfile
+
+    changed = path.with_name("changed-" + path.name)
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(changed, "w") as target:
+        for item in source.infolist():
+            data = source.read(item)
+            if item.filename == "xl/worksheets/sheet1.xml":
+                data = change(data.decode()).encode()
+            target.writestr(item, data)
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("layout", "cell"),
+    [
+        (lambda xml: xml, "A3"),
+        (lambda xml: xml.replace('<c r="A3">', '<c t="str" r="A3">').replace("<v />", ""), "A3"),
+        (lambda xml: xml.replace("</f><v /></c>", "</f>\n  </c>"), "A3"),
+        (lambda xml: re.sub(r"<(/?)(c|f|v)\b", r"<\1x:\2", xml), "A3"),
+        (lambda xml: xml.replace('<c r="A3"><f>3000000+200000</f>',
+                                 '<c r="A3"><f t="shared" si="0"/>'), "A3"),
+    ],
+)  # fmt: skip
+def test_formulas_without_results_are_found_however_the_xml_is_laid_out(
+    tmp_path: Path, layout: Callable[[str], str], cell: str
+) -> None:
+    import openpyxl
+
+    path = tmp_path / "scripted.xlsx"
+    workbook = openpyxl.Workbook()
+    sheet = workbook.active
+    sheet.append(["price", "area"])
+    sheet.append([950000, 120])
+    sheet.append(["=3000000+200000", 400])
+    workbook.save(path)
+    with pytest.raises(InputError, match=f"holds formulas without a saved result \\(cell {cell}"):
+        read_table(_with_sheet_xml(path, layout))
+
+
+def test_a_formula_in_a_title_above_the_table_is_no_reason_to_refuse(tmp_path: Path) -> None:
+    import openpyxl
+
+    path = tmp_path / "titled.xlsx"
+    workbook = openpyxl.Workbook()
+    sheet = workbook.active
+    sheet.append(["Portfolio", "=TODAY()"])  # a title row with a formula never calculated
+    sheet.append(["price", "area"])
+    sheet.append([950000, 120])
+    workbook.save(path)
+    assert read_table(path).height == 2  # the title row and the listing: the run finds the header
 
 
 def test_formulas_with_saved_results_read_as_their_results(tmp_path: Path) -> None:

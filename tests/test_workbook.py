@@ -265,10 +265,12 @@ def test_iso_dates_and_times_in_input_columns_become_excel_dates(tmp_path: Path)
 
     path = tmp_path / "scored.xlsx"
     listed = ["2024-05-01", "2024-05-01 13:30:00", "09:30:00", "2024-02-30", "1800-01-01", None]
-    write(path, make_results().with_columns(pl.Series("listed", listed)))
+    # 1900-01-01 with a time is not a time alone (xlsxwriter's write_datetime takes it for one)
+    late = ["1900-01-01 09:30:00", "1900-02-28", "1900-03-01 00:00:01", "9999-12-31", "", ""]
+    write(path, make_results().with_columns(pl.Series("listed", listed), pl.Series("late", late)))
     sheet = openpyxl.load_workbook(path)["Results"]
-    column = [c.value for c in sheet[1]].index("listed") + 1
-    cells = [sheet.cell(row=r, column=column) for r in range(2, 8)]
+    header = [c.value for c in sheet[1]]
+    cells = [sheet.cell(row=r, column=header.index("listed") + 1) for r in range(2, 8)]
     assert [c.value for c in cells] == [
         dt.datetime(2024, 5, 1), dt.datetime(2024, 5, 1, 13, 30), dt.time(9, 30),
         "2024-02-30", "1800-01-01", None,  # no such day; before Excel's first date
@@ -276,7 +278,14 @@ def test_iso_dates_and_times_in_input_columns_become_excel_dates(tmp_path: Path)
     assert [c.number_format for c in cells[:3]] == [
         "yyyy-mm-dd", "yyyy-mm-dd hh:mm:ss", "hh:mm:ss"
     ]  # fmt: skip
-    assert read_table(path)["listed"].to_list() == [*listed[:5], None]  # read back as written
+    edges = [sheet.cell(row=r, column=header.index("late") + 1).value for r in range(2, 6)]
+    assert edges == [
+        dt.datetime(1900, 1, 1, 9, 30), dt.datetime(1900, 2, 28), dt.datetime(1900, 3, 1, 0, 0, 1),
+        dt.datetime(9999, 12, 31),
+    ]  # fmt: skip
+    back = read_table(path)  # read back as written
+    assert back["listed"].to_list() == [*listed[:5], None]
+    assert back["late"].to_list() == [*late[:4], None, None]
 
 
 def test_nan_and_infinity_become_blank_cells(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from pipeline.errors import InputError
 from pipeline.io.xlsx_sheet_xml import restore_cells
 
 MIDNIGHT = r"^(\d{4}-\d{2}-\d{2}) 00:00:00$"
-TIME_OF_DAY = r"^1899-12-31 (\d{2}:\d{2}:\d{2})$"  # no date cell of Excel's is before 1900
+TIME_OF_DAY = r"^1899-12-31 (\d{2}:\d{2}:\d{2}(?:\.\d+)?)$"  # no Excel date is before 1900
 FLOAT_NOISE = r"^-?\d{8,}\.\d{9}$"
 NINE_DECIMALS = r"^-?\d+\.\d{9}$"  # how the text conversion prints a number it cut short
 

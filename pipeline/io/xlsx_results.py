@@ -27,7 +27,7 @@ from pipeline.io.xlsx_text import (
     ISO_DATETIME,
     ISO_TIME,
     NEEDS_A_LOOK,
-    iso_dates,
+    excel_dates,
     plain_numbers,
     reads_right_to_left,
 )
@@ -66,7 +66,6 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     ]
     write_string = sheet.write_string
     write_number = sheet.write_number
-    write_datetime = sheet.write_datetime
     rtl, quoted, rtl_quoted = formats.text.rtl, formats.text.quoted, formats.text.rtl_quoted
     rtl_text = reads_right_to_left
     formula_first = FORMULA_FIRST
@@ -83,7 +82,7 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
             if numbers is not None and (n := numbers[r - 1]) is not None:
                 write_number(r, c, n)
             elif dates is not None and (d := dates[r - 1]) is not None:
-                write_datetime(r, c, *d)
+                write_number(r, c, *d)
             elif v.isascii():
                 if v[0] in formula_first:
                     write_string(r, c, v, quoted)
@@ -135,12 +134,9 @@ _ANY_ISO = "|".join((ISO_DATE, ISO_DATETIME, ISO_TIME))
 
 
 def _dates(column: pl.Series, date_formats: dict[str, Format]) -> list[tuple | None]:
-    """Each cell's (date, format) when it is an ISO date, datetime or time, else None."""
-    parts = column.to_frame().select(iso_dates(pl.col(column.name)).struct.unnest())
-    found: list[tuple | None] = [None] * column.len()
-    for kind in ("date", "datetime", "time"):
-        form = date_formats[kind]
-        for i, value in enumerate(parts[kind].to_list()):
-            if value is not None:
-                found[i] = (value, form)
-    return found
+    """Each cell's (Excel serial, date format) when it is an ISO date, datetime or time."""
+    parts = column.to_frame().select(excel_dates(pl.col(column.name)).struct.unnest())
+    return [
+        None if serial is None else (serial, date_formats[kind])
+        for serial, kind in zip(parts["serial"].to_list(), parts["kind"].to_list(), strict=True)
+    ]

@@ -49,11 +49,21 @@ _NUMBER_CELL = re.compile(
     + rb"<(?:\w+:)?v>(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)</"
 )
 CHECKED_NUMBERS = 200
-# The end of a formula cell with no result: no value element, or an empty-element one as
-# openpyxl writes (an empty text result is <v></v>). Only unprefixed tags: the writers that
-# skip calculating use none.
-_NO_RESULT = re.compile(rb"</f>(?:<v\s*/>)?</c>")
-_CELL_START = re.compile(rb'<c\s+r="([A-Z]+[0-9]+)"([^>]*)>')
+# The end of a formula cell that may hold no result: no value element, or an empty-element one
+# as openpyxl writes (an empty text result is <v></v>, or <v/> with t="str"), after a formula
+# element with text or an empty one (a shared formula's other cells). Unprefixed tags first,
+# whose literal start the scan skips to; prefixed ones (x:c) only in a sheet that has them.
+_NO_RESULT = (
+    re.compile(rb"</f>\s*(<v\s*/>\s*)?</c>"),
+    re.compile(rb"<f\b[^>]*/>\s*(<v\s*/>\s*)?</c>"),
+)
+_NO_RESULT_PREFIXED = (
+    re.compile(rb"</\w+:f>\s*(<\w+:v\s*/>\s*)?</\w+:c>"),
+    re.compile(rb"<\w+:f\b[^>]*/>\s*(<\w+:v\s*/>\s*)?</\w+:c>"),
+)
+_REF = re.compile(rb'\br="([A-Z]+)([0-9]+)"')
+_TYPE = re.compile(rb'\bt="([^"]*)"')
+_FORMULA_TEXT = re.compile(rb"<(?:\w+:)?f\b[^>]*>([^<]*)</(?:\w+:)?f>")
 _NS = {
     "m": "http://schemas.openxmlformats.org/spreadsheetml/2006/main",
     "r": "http://schemas.openxmlformats.org/officeDocument/2006/relationships",
@@ -85,16 +95,16 @@ def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored
     xml = _sheet_xml(path, sheet_index)
     if xml is None:
         return Restored(frame, [])
-    unsaved = b"<f" in xml and _NO_RESULT.search(xml) is not None
-    if not unsaved and b"mergeCell" not in xml and b't="e"' not in xml:
-        return Restored(frame, [])
-    origin = _origin(xml, frame)
-    if unsaved:  # one above the table (a title) is not read; one in it or below it is lost
-        no_result = formula_without_result(xml, from_row=0 if origin is None else origin[0])
+    if b"<f" in xml or b":f" in xml:
+        # Not in the first row read (a title, or the header: a header cell that is a formula
+        # without a result reads as a blank header, said as such), nor above it.
+        top = _top_row(xml, frame)
+        no_result = formula_without_result(xml, from_row=top + 1)
         if no_result is not None:
             return Restored(frame, [], no_result=no_result)
     if b"mergeCell" not in xml and b't="e"' not in xml:
         return Restored(frame, [])
+    origin = _origin(xml, frame)
     if origin is None:
         merges = len(_merges(xml))
         errors = sum(1 for _ in _ERROR_CELL.finditer(xml))
@@ -105,20 +115,45 @@ def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored
     return Restored(*_filled_down(xml, origin, frame))
 
 
+def _top_row(xml: bytes, frame: pl.DataFrame) -> int:
+    """The sheet row (0-based) of the frame's first row: checked by the sheet's numbers when it
+    can be, else the first row holding a value (calamine's range starts there)."""
+    origin = _origin(xml, frame)
+    if origin is not None:
+        return origin[0]
+    guess = _first_row_and_column(xml, _VALUE_CELL)
+    return guess[0] if guess is not None else 0
+
+
 def formula_without_result(xml: bytes, *, from_row: int = 0) -> tuple[str, str] | None:
     """The first formula cell of a sheet's XML, in row `from_row` (0-based) or below, that
     holds no result: (cell, "=formula")."""
-    for end in _NO_RESULT.finditer(xml):
-        start = xml.rfind(b"<c ", 0, end.start())
-        cell = _CELL_START.match(xml, start) if start >= 0 else None
-        if cell is None or re.search(rb'\bt="(?!n")', cell.group(2)):
-            continue  # a text, boolean or error result, empty as it may be
-        ref = cell.group(1).decode()
-        if int(ref.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ")) - 1 < from_row:
-            continue
-        text = ElementTree.fromstring(xml[cell.end() : end.start()] + b"</f>").text or ""
-        return ref, "=" + text
+    patterns = [*_NO_RESULT, *(_NO_RESULT_PREFIXED if b":f" in xml else ())]
+    for end in sorted(
+        (m for pattern in patterns for m in pattern.finditer(xml)), key=lambda m: m.start()
+    ):
+        found = _cell_without_result(xml, end, from_row)
+        if found is not None:
+            return found
     return None
+
+
+def _cell_without_result(xml: bytes, end: re.Match[bytes], from_row: int) -> tuple[str, str] | None:
+    start = max(xml.rfind(b"<c ", 0, end.start()), xml.rfind(b":c ", 0, end.start()))
+    tag_end = xml.find(b">", start)
+    if start < 0 or tag_end < 0:
+        return None
+    tag = xml[start:tag_end]
+    ref, kind = _REF.search(tag), _TYPE.search(tag)
+    if ref is None or int(ref.group(2)) - 1 < from_row:
+        return None
+    kind_text = kind.group(1) if kind else b"n"
+    if kind_text not in (b"n", b"str") or (kind_text == b"str" and end.group(1)):
+        return None  # a result there, empty as it may be (a text <v/>, an error, a boolean)
+    formula = _FORMULA_TEXT.search(xml, tag_end, end.end())
+    text = formula.group(1) if formula else b""
+    unescaped = ElementTree.fromstring(b"<f>" + text + b"</f>").text or ""
+    return (ref.group(1) + ref.group(2)).decode(), "=" + unescaped
 
 
 def _with_errors(xml: bytes, origin: tuple[int, int], frame: pl.DataFrame) -> pl.DataFrame:

@@ -9,6 +9,7 @@ text in ISO date form becomes a date cell (`xlsx_results`).
 from __future__ import annotations
 
 import re
+from datetime import date
 
 import polars as pl
 
@@ -60,20 +61,46 @@ ISO_TIME = r"^[0-2][0-9]:[0-5][0-9]:[0-5][0-9]$"
 DATE_FORMATS = {"date": "yyyy-mm-dd", "datetime": "yyyy-mm-dd hh:mm:ss", "time": "hh:mm:ss"}
 
 
-def iso_dates(column: pl.Expr) -> pl.Expr:
-    """A struct of the date, datetime or time a text cell is in ISO form (`date`, `datetime`,
-    `time` fields, at most one set; all null when it is none, or no real date: 2024-02-30)."""
-    return pl.struct(
-        date=pl.when(column.str.contains(ISO_DATE)).then(
-            column.str.to_date("%Y-%m-%d", strict=False)
-        ),
-        datetime=pl.when(column.str.contains(ISO_DATETIME)).then(
-            column.str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="us")
-        ),
-        time=pl.when(column.str.contains(ISO_TIME)).then(
-            column.str.to_time("%H:%M:%S", strict=False)
-        ),
+# Serial 0 of Excel's 1900 date system, counted from 1900-03-01 on; before that day serials are
+# one less, Excel keeping the 1900-02-29 that Lotus 1-2-3 had (serial 60).
+_EPOCH = date(1899, 12, 30)
+_AFTER_LOTUS_LEAP_DAY = date(1900, 3, 1)
+
+
+def _day_serial(day: pl.Expr) -> pl.Expr:
+    days = (day - pl.lit(_EPOCH)).dt.total_days()
+    return pl.when(day < pl.lit(_AFTER_LOTUS_LEAP_DAY)).then(days - 1).otherwise(days)
+
+
+def _day_fraction(time: pl.Expr) -> pl.Expr:
+    hours, minutes = time.dt.hour().cast(pl.Int32), time.dt.minute().cast(pl.Int32)  # not Int8
+    return (hours * 3600 + minutes * 60 + time.dt.second()).cast(pl.Float64) / 86_400
+
+
+def excel_dates(column: pl.Expr) -> pl.Expr:
+    """The Excel serial (1900 date system) of a text cell in ISO date, date and time or time of
+    day form, as struct fields `serial` and `kind` (date, datetime, time); nulls where it is
+    none, or no real day (2024-02-30). Worked out here for the whole column: xlsxwriter's
+    write_datetime converts cell by cell, and takes a datetime on 1900-01-01 for a time alone."""
+    day = pl.when(column.str.contains(ISO_DATE)).then(column.str.to_date("%Y-%m-%d", strict=False))
+    stamp = pl.when(column.str.contains(ISO_DATETIME)).then(
+        column.str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="us")
     )
+    time = pl.when(column.str.contains(ISO_TIME)).then(column.str.to_time("%H:%M:%S", strict=False))
+    serial = pl.coalesce(
+        _day_serial(day).cast(pl.Float64),
+        _day_serial(stamp.dt.date()).cast(pl.Float64) + _day_fraction(stamp.dt.time()),
+        _day_fraction(time),
+    )
+    kind = (
+        pl.when(day.is_not_null())
+        .then(pl.lit("date"))
+        .when(stamp.is_not_null())
+        .then(pl.lit("datetime"))
+        .when(time.is_not_null())
+        .then(pl.lit("time"))
+    )
+    return pl.struct(serial=serial, kind=kind)
 
 
 def has_arabic(text: str) -> bool:
