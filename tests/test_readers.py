@@ -498,6 +498,8 @@ def test_parquet_columns_become_text(tmp_path: Path) -> None:
             "furnished": [True, False],
             "city": ["الرياض", ""],
             "listed": [dt.date(2024, 5, 1), None],
+            "seen": [dt.datetime(2024, 5, 1, 13, 30), dt.datetime(2024, 5, 1, 13, 30, 0, 250_000)],
+            "opens": [dt.time(23, 59, 59, 500_000), dt.time(9, 30)],
         }
     ).write_parquet(path)
     assert_text_frame(
@@ -508,6 +510,9 @@ def test_parquet_columns_become_text(tmp_path: Path) -> None:
             "furnished": ["true", "false"],
             "city": ["الرياض", None],
             "listed": ["2024-05-01", None],
+            # not polars' 13:30:00.000000, nor a time cut to 23:59:59 (found by QA)
+            "seen": ["2024-05-01 13:30:00", "2024-05-01 13:30:00.250"],
+            "opens": ["23:59:59.500", "09:30:00"],
         },
     )
 

@@ -1,8 +1,11 @@
 """Parquet through polars; every column cast to text like the other formats.
 
 Casting follows polars: numbers print as the shortest decimal that reads back the same
-(``1500000.0``, ``1e+20``), booleans as ``true``/``false``, dates and datetimes as ISO. A
-nested column (list, struct) cannot become text and is refused.
+(``1500000.0``, ``1e+20``), booleans as ``true``/``false``, dates as ISO. Times and datetimes
+(without a time zone) print as ISO with a fraction of a second only when they have one
+(``2024-05-01 13:30:00``, ``23:59:59.500``): polars' own text pads every datetime with six
+zeros and cuts a time's fraction off. A nested column (list, struct) cannot become text and is
+refused.
 """
 
 from __future__ import annotations
@@ -30,12 +33,22 @@ def read_parquet(path: Path) -> tuple[list[str | None], pl.DataFrame, dict[str, 
     texts = []
     for i, name in enumerate(frame.columns):
         try:
-            texts.append(frame.get_column(name).cast(pl.String).alias(f"c{i}"))
+            texts.append(as_text(frame.get_column(name)).alias(f"c{i}"))
         except pl.exceptions.PolarsError as exc:  # e.g. a binary column that is not UTF-8
             raise InputError(
                 f"{path}: column {name!r} cannot be read as text ({_first_line(exc)})"
             ) from exc
     return headers, pl.DataFrame(texts), {}
+
+
+def as_text(column: pl.Series) -> pl.Series:
+    """A typed column as the text cells the pipeline reads (see the module docstring)."""
+    dtype = column.dtype
+    if dtype == pl.Time:
+        return column.dt.to_string("%H:%M:%S%.f")
+    if isinstance(dtype, pl.Datetime) and dtype.time_zone is None:
+        return column.dt.to_string("%Y-%m-%d %H:%M:%S%.f")
+    return column.cast(pl.String)
 
 
 def _first_line(exc: Exception) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.batch.result_columns import RESULT_COLUMNS, clash_free_names
+from pipeline.io.parquet_reader import as_text
 
 
 def typed_input(source: Path) -> pl.DataFrame | None:
@@ -69,6 +70,6 @@ def with_input_types(
             continue
         if results.schema[target] != pl.String:
             continue
-        if column.cast(pl.String).equals(results.get_column(target), check_names=False):
+        if as_text(column).equals(results.get_column(target), check_names=False):
             replaced[target] = column.alias(target)
     return results.with_columns(replaced.values()) if replaced else results
