@@ -288,6 +288,18 @@ def test_iso_dates_and_times_in_input_columns_become_excel_dates(tmp_path: Path)
     assert back["late"].to_list() == [*late[:4], None, None]
 
 
+def test_a_date_column_is_wide_enough_for_its_dates_wherever_they_are(tmp_path: Path) -> None:
+    # Found by QA: widths are measured on the first 2,000 rows; dates only later showed #####.
+    path = tmp_path / "scored.xlsx"
+    results = pl.concat([make_results()] * 350)  # 2,100 rows
+    sold = [None] * 2_050 + ["2024-05-01 13:30:00"] * 50
+    write(path, results.with_columns(pl.Series("sold_on", sold, dtype=pl.String)))
+    sheet = openpyxl.load_workbook(path)["Results"]
+    column = [c.value for c in sheet[1]].index("sold_on") + 1
+    (width,) = [d.width for d in sheet.column_dimensions.values() if d.min <= column <= d.max]
+    assert width >= 19
+
+
 def test_nan_and_infinity_become_blank_cells(tmp_path: Path) -> None:
     path = tmp_path / "scored.xlsx"
     results = make_results().with_columns(

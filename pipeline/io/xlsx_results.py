@@ -35,6 +35,9 @@ from pipeline.io.xlsx_text import (
 # Excel's "number stored as text" warning triangle, shown on the input's own columns when
 # they hold text like "1,500,000" on purpose.
 _WHOLE_SHEET = "A1:XFD1048576"
+# A date and time as yyyy-mm-dd hh:mm:ss: narrower, Excel shows ##### (widths are measured on
+# the first rows' text, which may hold none of a column's dates).
+_DATE_WIDTH = 20
 
 
 def write_header(sheet: Worksheet, formats: Formats, columns: Iterable[str]) -> None:
@@ -48,7 +51,12 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     """Write `frame` (already through `prepare_for_excel`) with a header row at row 0."""
     columns = frame.columns
     last_row = frame.height
-    for index, width in enumerate(column_widths(frame)):
+    plain_text, checked_text = _split_text_columns(frame, formats.dates)
+    widths = column_widths(frame)
+    for index, _, dates in checked_text:  # wide enough for its dates, wherever they are
+        if dates is not None:
+            widths[index] = max(widths[index], _DATE_WIDTH)
+    for index, width in enumerate(widths):
         sheet.set_column(index, index, width)
     write_header(sheet, formats, columns)
     sheet.freeze_panes(1, 0)
@@ -58,7 +66,6 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     colour_status_columns(sheet, formats, columns, last_row)
     sheet.ignore_errors({"number_stored_as_text": _WHOLE_SHEET})
 
-    plain_text, checked_text = _split_text_columns(frame, formats.dates)
     num_cols = [
         (i, number_format(formats, name))
         for i, (name, dt) in enumerate(frame.schema.items())
