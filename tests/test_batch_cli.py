@@ -620,11 +620,11 @@ def test_the_command_to_go_on_after_a_fresh_run_leaves_fresh_out(tmp_path, db, c
     # Found by QA: it kept --fresh, so following it paid the same rows again, night after night.
     args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
             "--workspace", "acme", "--journal", str(tmp_path / "f.journal")]  # fmt: skip
-    monkeypatch.setattr("sys.argv", ["decisions", *args, "--fresh", "--budget", "100"])
-    assert main([*args, "--fresh", "--budget", "100"]) == 3
+    monkeypatch.setattr("sys.argv", ["decisions", *args, "--f", "--budget", "100"])
+    assert main([*args, "--f", "--budget", "100"]) == 3  # --f: argparse's abbreviation
     lines = capsys.readouterr().out.splitlines()
     pasted = lines[lines.index(next(x for x in lines if "run the same command" in x)) + 1]
-    assert "--budget 100" in pasted and "--fresh" not in pasted
+    assert "--budget 100" in pasted and "--f " not in pasted
     assert main(args) == 0
     assert balance(db) == 5000 - DISTINCT_VALID  # the first 100 were not paid again
 

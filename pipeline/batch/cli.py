@@ -436,7 +436,7 @@ def command_line(argv: list[str]) -> str:
     however it was started (`python -m pipeline` leaves the path of pipeline/__main__.py in
     argv[0]), and without `--fresh`, which would forget what this run paid and pay it again."""
     head = [sys.executable, "-m", "pipeline"] if Path(argv[0]).name == "__main__.py" else argv[:1]
-    rest = [arg for arg in argv[1:] if not (arg.startswith("--fr") and "--fresh".startswith(arg))]
+    rest = [arg for arg in argv[1:] if not (len(arg) > 2 and "--fresh".startswith(arg))]  # --f
     return shlex.join([*head, *rest])
 
 
