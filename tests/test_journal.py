@@ -66,17 +66,32 @@ def test_journals_named_alike_but_for_their_suffix_keep_apart(tmp_path):
     assert riyadh.score(SAMPLE / "portfolio.csv") == 0
     assert riyadh.results().height == 371  # its own file, not the other job's
     assert riyadh.charged() == paid  # unchanged since its last run: nothing paid
-    assert results_folder(Path(riyadh.journal)).name == "job.riyadh.results"
+    assert results_folder(Path(riyadh.journal)).name == "job.riyadh.files"
 
 
-def test_a_journal_made_with_its_folder_named_after_its_stem_keeps_it(tmp_path):
-    job = Job(tmp_path)
-    assert job.score(SAMPLE / "portfolio.csv") == 0
-    journal = Path(job.journal)
-    results_folder(journal).rename(journal.with_suffix(".results"))  # as earlier versions named it
-    assert results_folder(journal) == tmp_path / "job.results"
-    assert job.score(SAMPLE / "portfolio.csv", "--reasoning", "borderline") == 0
-    assert job.charged() < DISTINCT_VALID + 3 * 360  # the scores reused: explanations paid only
+def test_journals_of_an_earlier_version_sharing_a_folder_take_their_own_files(tmp_path):
+    # Found by QA: journals made before kept sharing the folder named after their stem, and
+    # one job was answered with the other's last output.
+    riyadh, jeddah = Job(tmp_path), Job(tmp_path / "j")
+    jeddah.db = riyadh.db
+    riyadh.journal, jeddah.journal = str(tmp_path / "job.riyadh"), str(tmp_path / "job.jeddah")
+    other = tmp_path / "other.csv"
+    read_table(SAMPLE / "portfolio.csv").head(20).write_csv(other)
+    assert riyadh.score(SAMPLE / "portfolio.csv") == 0
+    assert jeddah.score(other) == 0
+    shared = tmp_path / "job.results"  # as versions before 2026-11-24 laid them out
+    shared.mkdir()
+    for journal in (riyadh.journal, jeddah.journal):
+        for path in results_folder(Path(journal)).iterdir():
+            path.rename(shared / path.name)  # the last run's files of both: one overwrites
+        results_folder(Path(journal)).rmdir()
+    paid = riyadh.charged()
+    assert jeddah.score(other) == 0
+    assert riyadh.score(SAMPLE / "portfolio.csv") == 0
+    assert riyadh.results().height == 371 and riyadh.charged() == paid  # its own answers, free
+    assert jeddah.score(other, "--fresh") == 0  # one job forgets its answers...
+    assert riyadh.score(SAMPLE / "portfolio.csv") == 0
+    assert riyadh.results().height == 371 and riyadh.charged() == paid + 19  # ...not the other's
 
 
 def test_after_an_upgrade_an_unchanged_file_is_read_again_not_answered_from_its_output(

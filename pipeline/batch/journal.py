@@ -86,13 +86,14 @@ def journal_path(cache_dir: Path, input_path: Path, target: str) -> Path:
 
 def results_folder(journal: Path) -> Path:
     """The folder of a journal's files, named after the journal's whole name (job.riyadh ->
-    job.riyadh.results), so that two journals never share one. A journal made before it was
-    so keeps its folder named after its stem (job.results), where its files are."""
-    folder = journal.with_name(journal.name + ".results")
-    legacy = journal.with_suffix(".results")
-    if not folder.exists() and legacy != folder and legacy.is_dir() and journal.exists():
-        return legacy
-    return folder
+    job.riyadh.files), so that no two journals share one."""
+    return journal.with_name(journal.name + ".files")
+
+
+def _legacy_folder(journal: Path) -> Path:
+    """Where versions before 2026-11-24 kept a journal's files: named after its stem, which
+    job.riyadh and job.jeddah (or job and job.journal) share."""
+    return journal.with_suffix(".results")
 
 
 def lock_file(journal: Path) -> Path:
@@ -111,7 +112,10 @@ class Journal:
         self.path = Path(path)
         self.files = results_folder(self.path)
         self.verdicts_path = verdicts or self.files / "verdicts.parquet"
-        self.files.mkdir(parents=True, exist_ok=True)
+        legacy = _legacy_folder(self.path)
+        moving_in = not self.files.exists() and self.path.exists() and legacy.is_dir()
+        if not moving_in:
+            self.files.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -119,6 +123,8 @@ class Journal:
             self._db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
             raise UsageError(f"cannot open the run journal {self.path}: {exc}") from exc
+        if moving_in:
+            self._move_in(legacy)
         self.journal_id = self._meta("journal_id") or self._set_meta("journal_id", uuid.uuid4().hex)
         # Answers files, and the next batch's rows file, are written by these threads while a
         # batch is scored (two: one alone kept the scoring loop waiting a third of a second per
@@ -126,6 +132,33 @@ class Journal:
         # database) once its answers file is.
         self._writer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="journal")
         self._recording: list[tuple[Future[str], str, float]] = []
+
+    def _move_in(self, legacy: Path) -> None:
+        """A journal of an earlier version: copy the files of its batches from the folder it
+        may share with another journal into its own (the new folder appears whole, or not at
+        all: a crash midway copies again). The last run's output and the verdict history,
+        which the other journal may have overwritten there, are not taken: the next run reads
+        the file again (its answers reused, free) and keeps its verdicts from then on."""
+        names = {
+            name
+            for row in self._db.execute("SELECT rows_file, answers_file FROM batches")
+            for name in row
+            if name is not None and (legacy / name).is_file()
+        }
+        staging = self.files.with_name(f"{self.files.name}.{uuid.uuid4().hex[:8]}.tmp")
+        staging.mkdir(parents=True)
+        for name in names:
+            with open(staging / name, "wb") as target, open(legacy / name, "rb") as source:
+                shutil.copyfileobj(source, target)
+                target.flush()
+                os.fsync(target.fileno())
+        os.rename(staging, self.files)
+        directory = os.open(self.files.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename itself survives a power cut
+        finally:
+            os.close(directory)
+        self._db.execute("DELETE FROM meta WHERE name IN ('last_run', 'last_run_notes')")
 
     def close(self) -> None:
         try:
