@@ -581,6 +581,25 @@ def test_the_same_service_under_another_address_is_refused_not_paid_again(
     assert len(list((tmp_path / "journals").glob("*.journal"))) == 1
 
 
+def test_a_service_that_does_not_say_who_pays_keeps_the_job_in_its_journal(
+    tmp_path, service, monkeypatch, capsys, small
+):
+    # Found by QA: a 503 to GET /v1/workspace moved the job to another default journal, and
+    # its rows were paid again.
+    from pipeline.cli import main
+
+    settings = tmp_path / "settings.toml"
+    settings.write_text(f'[batch]\njournal_dir = "{tmp_path / "journals"}"\n', encoding="utf-8")
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+    base = ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet", "--api-url", service.url]
+    assert main([*base, "--budget", "40"]) == 3
+    monkeypatch.setattr(HttpScorer, "identify", lambda self: None)  # the endpoint unavailable
+    assert main(base) == 0
+    used = pl.read_csv(tmp_path / "o.csv")["decisions_used"].sum()  # each request once
+    assert 10_000 - service.balance() == used
+
+
 def test_a_journal_paid_by_one_workspace_is_not_reused_by_another(
     tmp_path, service, monkeypatch, capsys, small
 ):

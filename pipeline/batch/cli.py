@@ -268,11 +268,13 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         owner = f"{workspace} in {scorer.ledger.path.resolve()}"
     journal_dir = settings.resolve(settings.batch.journal_dir)
     path = args.journal or journal_path(journal_dir, args.input, target)
-    if remote is not None and owner is not None and args.journal is None and not path.exists():
-        # One default journal per input and paying workspace, whatever the service's address
-        # is spelled: a second spelling finds the first one's journal, and is told (not paid
-        # again). A journal made before, named after the address, is kept.
-        path = journal_path(journal_dir, args.input, f"remote:{owner}:{args.workspace or ''}")
+    if remote is not None and args.journal is None and not path.exists():
+        # One default journal per input (and --workspace), whatever the service's address is
+        # spelled and whatever GET /v1/workspace answers (a 503 there must not start a new
+        # journal, paying again): another address, or another workspace's key, finds the
+        # job's journal and is refused, not paid twice. A journal of an earlier version, named
+        # after the address, is kept while that address is used.
+        path = journal_path(journal_dir, args.input, f"remote:{args.workspace or ''}")
     # The verdict history outlives a change of benchmarks (which starts a new journal: its
     # answers were made with the old ones), to list the verdicts the new benchmarks flip.
     history = None
