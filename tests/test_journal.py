@@ -81,6 +81,8 @@ def test_journals_of_an_earlier_version_sharing_a_folder_take_their_own_files(tm
     assert jeddah.score(other) == 0
     shared = tmp_path / "job.results"  # as versions before 2026-11-24 laid them out
     shared.mkdir()
+    cut_short = tmp_path / "job.riyadh.files.0badc0de.tmp"  # a copy a crash stopped
+    cut_short.mkdir()
     for journal in (riyadh.journal, jeddah.journal):
         for path in results_folder(Path(journal)).iterdir():
             path.rename(shared / path.name)  # the last run's files of both: one overwrites
@@ -89,6 +91,7 @@ def test_journals_of_an_earlier_version_sharing_a_folder_take_their_own_files(tm
     assert jeddah.score(other) == 0
     assert riyadh.score(SAMPLE / "portfolio.csv") == 0
     assert riyadh.results().height == 371 and riyadh.charged() == paid  # its own answers, free
+    assert not cut_short.exists()
     assert jeddah.score(other, "--fresh") == 0  # one job forgets its answers...
     assert riyadh.score(SAMPLE / "portfolio.csv") == 0
     assert riyadh.results().height == 371 and riyadh.charged() == paid + 19  # ...not the other's
@@ -111,6 +114,14 @@ def test_after_an_upgrade_an_unchanged_file_is_read_again_not_answered_from_its_
     assert "Unchanged since the last run" not in notes
     assert notes["Reused from the journal (0 decisions)"] == DISTINCT_VALID
     assert job.charged() == DISTINCT_VALID
+
+
+def test_a_journal_whose_folder_name_is_taken_by_a_file_is_refused(tmp_path, capsys):
+    job = Job(tmp_path)
+    (tmp_path / "x.files").write_text("another job's journal")
+    job.journal = str(tmp_path / "x")
+    assert job.score(SAMPLE / "portfolio.csv") == 2
+    assert "x.files is a file (another job's journal?)" in capsys.readouterr().err
 
 
 def test_a_rerun_of_an_unchanged_file_charges_nothing(tmp_path):

@@ -17,6 +17,7 @@ from pipeline.batch.scorers import retry
 from pipeline.batch.scorers.http import ApiKey, HttpScorer, RemoteConfig
 from pipeline.batch.scorers.retry import RetryPolicy, retry_after_s, set_testing
 from pipeline.engine.schema import REQUEST_SCHEMA
+from pipeline.errors import UsageError
 
 DECISION = {
     "verdict": "match",
@@ -115,6 +116,28 @@ def test_a_service_unavailable_through_every_retry_stops_the_run(status):
     assert result["status"].to_list() == ["failed"] * 50
     assert result["error_code"].unique().to_list() == ["service_unavailable"]
     assert f"answered HTTP {status} 4 time(s), so the run stopped" in scorer.stop_message
+
+
+@pytest.mark.parametrize(("status", "said"), [(503, "answered HTTP 503"), (None, "cannot be")])
+def test_a_service_that_cannot_say_who_pays_stops_the_run_before_anything(status, said):
+    # Found by QA: a 503 to GET /v1/workspace let the run go on with no workspace recorded in
+    # the journal, and another workspace's key then took the job over, paying its rows again.
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.method == "GET"  # nothing else is sent
+        if status is None:
+            raise httpx.ConnectError("refused")
+        return httpx.Response(status, text="Service Unavailable")
+
+    with scorer_with(handler) as scorer, pytest.raises(UsageError, match=said):
+        scorer.identify()
+
+
+def test_a_service_of_the_spec_alone_is_not_asked_again():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"error": "not_found"})
+
+    with scorer_with(handler) as scorer:
+        assert scorer.identify() is None  # no such endpoint: the balance comes with the answers
 
 
 @pytest.mark.parametrize("status", [400, 403, 413, 415])

@@ -533,8 +533,10 @@ def test_a_service_that_cannot_be_reached_stops_the_run_before_anything(
     # with failed rows.
     import socket
 
+    from pipeline.batch.scorers import retry
     from pipeline.cli import main
 
+    monkeypatch.setattr(retry, "_testing", True)  # its retries without their waits
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]  # nothing listens there once closed
@@ -594,10 +596,27 @@ def test_a_service_that_does_not_say_who_pays_keeps_the_job_in_its_journal(
     monkeypatch.setenv("DECISIONS_API_KEY", service.key)
     base = ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet", "--api-url", service.url]
     assert main([*base, "--budget", "40"]) == 3
-    monkeypatch.setattr(HttpScorer, "identify", lambda self: None)  # the endpoint unavailable
+    monkeypatch.setattr(HttpScorer, "identify", lambda self: None)  # as a spec-only service
     assert main(base) == 0
     used = pl.read_csv(tmp_path / "o.csv")["decisions_used"].sum()  # each request once
     assert 10_000 - service.balance() == used
+
+
+def test_naming_the_keys_own_workspace_is_the_same_job(
+    tmp_path, service, monkeypatch, capsys, small
+):
+    # Found by QA: adding --workspace acme (the key's own) started another journal, paying again.
+    from pipeline.cli import main
+
+    settings = tmp_path / "settings.toml"
+    settings.write_text(f'[batch]\njournal_dir = "{tmp_path / "journals"}"\n', encoding="utf-8")
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+    base = ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet", "--api-url", service.url]
+    assert main([*base, "--budget", "40"]) == 3
+    assert main([*base, "--workspace", "acme"]) == 0
+    used = pl.read_csv(tmp_path / "o.csv")["decisions_used"].sum()
+    assert 10_000 - service.balance() == used  # the first 40 not paid again
 
 
 def test_a_journal_paid_by_one_workspace_is_not_reused_by_another(

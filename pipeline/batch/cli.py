@@ -274,7 +274,9 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         # journal, paying again): another address, or another workspace's key, finds the
         # job's journal and is refused, not paid twice. A journal of an earlier version, named
         # after the address, is kept while that address is used.
-        path = journal_path(journal_dir, args.input, f"remote:{args.workspace or ''}")
+        # --workspace naming the key's own workspace is the job without it
+        named = "" if args.workspace in (None, owner) else args.workspace
+        path = journal_path(journal_dir, args.input, f"remote:{named}")
     # The verdict history outlives a change of benchmarks (which starts a new journal: its
     # answers were made with the old ones), to list the verdicts the new benchmarks flip.
     history = None
@@ -316,7 +318,8 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         journal.close()
     progress.finish()
     if remote is not None and remote.stop_message:
-        print(f"decisions: error: {remote.stop_message}", file=sys.stderr)
+        again = command_line(sys.argv)  # without --fresh, which would pay everything again
+        print(f"decisions: error: {remote.stop_message}\n  {again}", file=sys.stderr)
     if isinstance(outcome, Plan):
         print_plan(outcome, as_json=args.json)
         return 0

@@ -24,6 +24,7 @@ batch cost a second or two. Once a finished job holds many batches, they are com
 from __future__ import annotations
 
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -112,6 +113,11 @@ class Journal:
         self.path = Path(path)
         self.files = results_folder(self.path)
         self.verdicts_path = verdicts or self.files / "verdicts.parquet"
+        if self.files.exists() and not self.files.is_dir():
+            raise UsageError(
+                f"{self.path}: its files' folder {self.files} is a file (another job's "
+                "journal?); give this job another --journal"
+            )
         legacy = _legacy_folder(self.path)
         moving_in = not self.files.exists() and self.path.exists() and legacy.is_dir()
         if not moving_in:
@@ -145,6 +151,8 @@ class Journal:
             for name in row
             if name is not None and (legacy / name).is_file()
         }
+        for left in self.files.parent.glob(f"{glob.escape(self.files.name)}.*.tmp"):
+            shutil.rmtree(left, ignore_errors=True)  # a copy a crash cut short
         staging = self.files.with_name(f"{self.files.name}.{uuid.uuid4().hex[:8]}.tmp")
         staging.mkdir(parents=True)
         for name in names:

@@ -276,9 +276,14 @@ class HttpScorer:
 
     def identify(self) -> tuple[str, int] | None:
         """The key's workspace and balance from GET /v1/workspace (our service's addition to
-        the spec), before anything is sent; the balance seeds `--reserve`. None when the
-        service has no such endpoint or does not answer it now: the run then learns the balance
-        from its answers, as from any service of the spec. UsageError for a refused key."""
+        the spec), before anything is sent; the balance seeds `--reserve`, the workspace is
+        recorded in the job's journal. None for a service of the spec alone (404, 405, or an
+        answer that is not ours): the run then learns the balance from its answers.
+
+        Asked with the run's retries (a service restarting is waited for). UsageError, before
+        anything is sent, for a refused key, a service that cannot be reached, or one that
+        answers 5xx or 429 through every retry: a run that went on without knowing who pays
+        could let another workspace's key take over the job's journal."""
         if self._runner is None:
             self._runner = asyncio.Runner()
         if self._transport is None:
@@ -290,20 +295,32 @@ class HttpScorer:
         client = httpx.AsyncClient(transport=transport, timeout=self.config.timeout)
         url = self.config.base_url.rstrip("/") + WORKSPACE_PATH
         headers = {k: v for k, v in self._headers.items() if k != "content-type"}
+
+        async def ask() -> Any:
+            return await client.get(url, headers=headers)
+
         try:
-            response = await client.get(url, headers=headers)
-            body = response.json() if response.status_code in (200, 401) else None
-        except httpx.TransportError as exc:
+            response, attempts = await send_with_retry(ask, self.config.retry, self._pause)
+        except RetriesExhausted as exc:
             # Nothing answers there (a wrong port, a service down): said before anything is
             # sent, and before an output of an earlier run is overwritten with failed rows.
             raise UsageError(
-                f"the service at {self.url} cannot be reached ({type(exc).__name__}: {exc}); "
-                "check --api-url (DECISIONS_API_URL) and that the service is running"
+                f"the service at {self.url} cannot be reached ({exc}); check --api-url "
+                "(DECISIONS_API_URL) and that the service is running"
             ) from None
-        except (httpx.HTTPError, ValueError):
-            return None
-        if response.status_code == 401:
+        status = response.status_code
+        if status == 401:
             raise UsageError(INVALID_KEY_MESSAGE)
+        if status in RETRY_STATUSES:
+            raise UsageError(
+                f"the service at {self.url} answered HTTP {status} {attempts} time(s) when asked "
+                f"which workspace the key spends from ({WORKSPACE_PATH}); nothing was sent: run "
+                "the same command again once it answers"
+            )
+        try:
+            body = response.json() if status == 200 else None
+        except ValueError:
+            body = None
         if not isinstance(body, dict):
             return None
         workspace, balance = body.get("workspace"), body.get("balance")
