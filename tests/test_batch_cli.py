@@ -16,7 +16,8 @@ from pipeline.batch.journal import results_folder
 from pipeline.cli import main
 from pipeline.io.read import read_table
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_data"
 PORTFOLIO_ROWS = 371
 REJECTED = 8
 DUPLICATES = 3
@@ -809,3 +810,4 @@ def test_with_json_a_failed_run_still_prints_a_document(tmp_path, db, capsys):
     record = json.loads(out.out)
     assert record["exit_code"] == 2 and "no such file" in record["error"]
     assert record["decisions_spent"] == 0 and "no such file" in out.err
+    assert not list((ROOT / ".cache" / "journals").glob("nope-*"))  # no journal made for it

@@ -583,18 +583,25 @@ def test_the_same_service_under_another_address_is_refused_not_paid_again(
     assert len(list((tmp_path / "journals").glob("*.journal"))) == 1
 
 
+@pytest.fixture
+def default_journals(tmp_path, service, monkeypatch, small) -> list[str]:
+    """`decisions score` of `small` through `service`, its journal the default one of a
+    journal folder of the test's own."""
+    settings = tmp_path / "settings.toml"
+    settings.write_text(f'[batch]\njournal_dir = "{tmp_path / "journals"}"\n', encoding="utf-8")
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+    return ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet", "--api-url", service.url]
+
+
 def test_a_service_that_does_not_say_who_pays_keeps_the_job_in_its_journal(
-    tmp_path, service, monkeypatch, capsys, small
+    tmp_path, service, monkeypatch, default_journals
 ):
     # Found by QA: a 503 to GET /v1/workspace moved the job to another default journal, and
     # its rows were paid again.
     from pipeline.cli import main
 
-    settings = tmp_path / "settings.toml"
-    settings.write_text(f'[batch]\njournal_dir = "{tmp_path / "journals"}"\n', encoding="utf-8")
-    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
-    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
-    base = ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet", "--api-url", service.url]
+    base = default_journals
     assert main([*base, "--budget", "40"]) == 3
     monkeypatch.setattr(HttpScorer, "identify", lambda self: None)  # as a spec-only service
     assert main(base) == 0
@@ -602,17 +609,11 @@ def test_a_service_that_does_not_say_who_pays_keeps_the_job_in_its_journal(
     assert 10_000 - service.balance() == used
 
 
-def test_naming_the_keys_own_workspace_is_the_same_job(
-    tmp_path, service, monkeypatch, capsys, small
-):
+def test_naming_the_keys_own_workspace_is_the_same_job(tmp_path, service, default_journals):
     # Found by QA: adding --workspace acme (the key's own) started another journal, paying again.
     from pipeline.cli import main
 
-    settings = tmp_path / "settings.toml"
-    settings.write_text(f'[batch]\njournal_dir = "{tmp_path / "journals"}"\n', encoding="utf-8")
-    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
-    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
-    base = ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet", "--api-url", service.url]
+    base = default_journals
     assert main([*base, "--budget", "40"]) == 3
     assert main([*base, "--workspace", "acme"]) == 0
     used = pl.read_csv(tmp_path / "o.csv")["decisions_used"].sum()

@@ -229,6 +229,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.batch.journal import Journal, job_lock, journal_path
     from pipeline.batch.scorers.remote_options import remote_scorer_from_args
     from pipeline.errors import UsageError
+    from pipeline.io.read import check_input
 
     if args.budget is not None and args.budget < 0:
         raise UsageError("--budget must be 0 or more decisions")
@@ -246,6 +247,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         csv_bom=not args.no_bom,
     )
     _warn_unused_read_options(args)
+    check_input(args.input)  # a missing or mislabelled file: before a journal is made for it
     remote = remote_scorer_from_args(args, settings)
     owner: str | None = None  # who pays: the remote key's workspace, or the local ledger's
     if remote is not None:
