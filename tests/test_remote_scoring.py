@@ -594,22 +594,35 @@ def default_journals(tmp_path, service, monkeypatch, small) -> list[str]:
     return ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet", "--api-url", service.url]
 
 
-def test_a_service_that_does_not_say_who_pays_keeps_the_job_in_its_journal(
-    tmp_path, service, monkeypatch, default_journals
+def test_a_job_paid_by_a_workspace_is_refused_to_a_key_the_service_does_not_place(
+    tmp_path, service, monkeypatch, capsys, default_journals
 ):
-    # Found by QA: a 503 to GET /v1/workspace moved the job to another default journal, and
-    # its rows were paid again.
+    # Found by QA: a 404 to GET /v1/workspace (an --api-url ending in /v1/decisions, a
+    # maintenance page) skipped the check of who paid: another workspace's key was handed the
+    # job's answers, and paid again for its rows in doubt; with --workspace, the same
+    # workspace started a second journal and paid the file twice.
     from pipeline.cli import main
 
     base = default_journals
     assert main([*base, "--budget", "40"]) == 3
-    monkeypatch.setattr(HttpScorer, "identify", lambda self: None)  # as a spec-only service
-    assert main(base) == 0
+    monkeypatch.setattr(HttpScorer, "identify", lambda self: None)  # the workspace not said
+    for extra in ([], ["--workspace", "acme"], ["--dry-run"]):
+        assert main([*base, *extra]) == 2
+        assert "this job was paid by workspace 'acme', and the service did not say" in (
+            capsys.readouterr().err
+        )
+    assert 10_000 - service.balance() == 40
+    monkeypatch.undo()
+    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(tmp_path / "settings.toml"))
+    assert main([*base, "--workspace", "acme"]) == 0  # its own workspace named: the same job
     used = pl.read_csv(tmp_path / "o.csv")["decisions_used"].sum()  # each request once
     assert 10_000 - service.balance() == used
 
 
-def test_naming_the_keys_own_workspace_is_the_same_job(tmp_path, service, default_journals):
+def test_naming_the_keys_own_workspace_is_the_same_job(
+    tmp_path, service, monkeypatch, default_journals
+):
     # Found by QA: adding --workspace acme (the key's own) started another journal, paying again.
     from pipeline.cli import main
 
@@ -618,6 +631,13 @@ def test_naming_the_keys_own_workspace_is_the_same_job(tmp_path, service, defaul
     assert main([*base, "--workspace", "acme"]) == 0
     used = pl.read_csv(tmp_path / "o.csv")["decisions_used"].sum()
     assert 10_000 - service.balance() == used  # the first 40 not paid again
+
+    service.ledger.create_workspace("beta", 1_000)  # a colleague's workspace, the same file
+    service.accounts.create_account("beta-agency", "beta", "agency")
+    monkeypatch.setenv("DECISIONS_API_KEY", service.accounts.create_key("beta-agency").key)
+    assert main(base) == 2  # acme's answers are not beta's
+    assert main([*base, "--workspace", "beta"]) == 0  # as the refusal says: beta's own job
+    assert 1_000 - service.ledger.workspace("beta").balance == used
 
 
 def test_a_journal_paid_by_one_workspace_is_not_reused_by_another(

@@ -20,7 +20,7 @@ from pipeline.batch.columns import load_column_config
 from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import BatchOptions, BatchOutcome, Plan, run_batch
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
-from pipeline.errors import Interrupted, PipelineError
+from pipeline.errors import Interrupted, PipelineError, UsageError
 from pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -225,10 +225,41 @@ def _record_failure(
         print(f"decisions: warning: the manifest could not be written ({exc})", file=sys.stderr)
 
 
+def _remote_journal(
+    journal_dir: Path, source: Path, workspace: str | None, owner: str | None
+) -> Path:
+    """The default journal of a remote job: one per input and --workspace. A job without a
+    journal of that name yet may have one under the other name (run with --workspace naming
+    the key's own workspace, or without): the same workspace paid it, so it is the same job."""
+    from pipeline.batch.journal import journal_path, paid_by
+
+    named = journal_path(journal_dir, source, f"remote:{workspace or ''}")
+    for other in (journal_path(journal_dir, source, f"remote:{w}") for w in ("", owner or "")):
+        if other == named or (payer := paid_by(other)) is None:
+            continue
+        if owner is None:
+            _refuse_unconfirmed_payer(payer, other)
+        if payer == owner:
+            return other
+    return named
+
+
+def _refuse_unconfirmed_payer(payer: str | None, journal: Path) -> None:
+    """A job paid by a workspace, scored with a key whose workspace the service does not say:
+    the key may be another workspace's, which would be handed answers it did not pay for, and
+    pay again for those in doubt (the service's idempotency keys are per workspace)."""
+    if payer is not None:
+        raise UsageError(
+            f"{journal}: this job was paid by workspace {payer!r}, and the service did not say "
+            "which workspace this run's key spends from (GET /v1/workspace); check --api-url "
+            "(the service's base address, without /v1/decisions), or give this run its own "
+            "--journal PATH"
+        )
+
+
 def _score(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.batch.journal import Journal, job_lock, journal_path
     from pipeline.batch.scorers.remote_options import remote_scorer_from_args
-    from pipeline.errors import UsageError
     from pipeline.io.read import check_input
 
     if args.budget is not None and args.budget < 0:
@@ -271,14 +302,10 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     journal_dir = settings.resolve(settings.batch.journal_dir)
     path = args.journal or journal_path(journal_dir, args.input, target)
     if remote is not None and args.journal is None and not path.exists():
-        # One default journal per input (and --workspace), whatever the service's address is
-        # spelled and whatever GET /v1/workspace answers (a 503 there must not start a new
-        # journal, paying again): another address, or another workspace's key, finds the
-        # job's journal and is refused, not paid twice. A journal of an earlier version, named
-        # after the address, is kept while that address is used.
-        # --workspace naming the key's own workspace is the job without it
-        named = "" if args.workspace in (None, owner) else args.workspace
-        path = journal_path(journal_dir, args.input, f"remote:{named}")
+        # One default journal per input and --workspace, whatever the service's address is
+        # spelled: another address finds the job's journal and is refused, not paid twice. A
+        # journal of an earlier version, named after the address, is kept while it is used.
+        path = _remote_journal(journal_dir, args.input, args.workspace, owner)
     # The verdict history outlives a change of benchmarks (which starts a new journal: its
     # answers were made with the old ones), to list the verdicts the new benchmarks flip.
     history = None
@@ -291,6 +318,8 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         journal = Journal(path, verdicts=history)
         if args.fresh and not args.dry_run:
             journal.reset()
+        if remote is not None and owner is None and not args.fresh:
+            _refuse_unconfirmed_payer(journal.paid_by(), journal.path)
         if owner is not None and not (args.dry_run and args.fresh):
             # A dry run checks, and leaves the journal as it was.
             journal.claim_for(

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -83,6 +83,19 @@ def journal_path(cache_dir: Path, input_path: Path, target: str) -> Path:
     job = f"{input_path.resolve()}\x1f{target}".encode()
     name = f"{input_path.stem[:40]}-{hashlib.sha256(job).hexdigest()[:12]}.journal"
     return cache_dir / name
+
+
+def paid_by(journal: Path) -> str | None:
+    """The workspace a journal records as paying for its job, if the journal exists and
+    records one (`Journal.claim_for`); read without making anything."""
+    if not journal.is_file():
+        return None
+    try:
+        with closing(sqlite3.connect(journal, timeout=60)) as db:
+            row = db.execute("SELECT value FROM meta WHERE name = 'workspace'").fetchone()
+    except sqlite3.Error:
+        return None
+    return None if row is None else row[0]
 
 
 def results_folder(journal: Path) -> Path:
@@ -212,6 +225,10 @@ class Journal:
                 f"run would pay from {workspace!r}; give each workspace its own journal: "
                 f"{hint}"
             )
+
+    def paid_by(self) -> str | None:
+        """The workspace recorded as paying for this job (`claim_for`), if any."""
+        return self._meta("workspace")
 
     def service(self) -> str | None:
         """The service address this job's requests went to (`claim_service`), if recorded."""
