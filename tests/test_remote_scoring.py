@@ -548,7 +548,7 @@ def test_a_service_that_cannot_be_reached_stops_the_run_before_anything(
                      f"http://127.0.0.1:{port}", "--journal", str(tmp_path / "j.journal"),
                      extra])  # fmt: skip
         assert code == 2
-        assert f"the service at http://127.0.0.1:{port}/v1/decisions cannot be reached" in (
+        assert f"the service at http://127.0.0.1:{port}/ cannot be reached" in (
             capsys.readouterr().err
         )
     assert out.read_text() == "last night's output"

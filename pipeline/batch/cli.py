@@ -324,8 +324,8 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
             # A dry run checks, and leaves the journal as it was.
             journal.claim_for(
                 owner,
-                hint="--workspace NAME (one journal per workspace) or, embedded, another "
-                "--journal for another ledger; or --fresh to score the file again and pay here",
+                hint="--workspace NAME (one journal per workspace), or another --journal (for "
+                "another ledger too); or --fresh to score the file again and pay here",
                 record=not args.dry_run,
             )
         if remote is not None and not (args.dry_run and args.fresh):

@@ -305,7 +305,7 @@ class HttpScorer:
             # Nothing answers there (a wrong port, a service down): said before anything is
             # sent, and before an output of an earlier run is overwritten with failed rows.
             raise UsageError(
-                f"the service at {self.url} cannot be reached ({exc}); check --api-url "
+                f"the service at {self.address} cannot be reached ({exc}); check --api-url "
                 "(DECISIONS_API_URL) and that the service is running"
             ) from None
         status = response.status_code
@@ -313,9 +313,9 @@ class HttpScorer:
             raise UsageError(INVALID_KEY_MESSAGE)
         if status in RETRY_STATUSES:
             raise UsageError(
-                f"the service at {self.url} answered HTTP {status} {attempts} time(s) when asked "
-                f"which workspace the key spends from ({WORKSPACE_PATH}); nothing was sent: run "
-                "the same command again once it answers"
+                f"the service at {self.address} answered HTTP {status} {attempts} time(s) when "
+                f"asked which workspace the key spends from ({WORKSPACE_PATH}); nothing was sent: "
+                "run the same command again once it answers"
             )
         try:
             body = response.json() if status == 200 else None
