@@ -620,6 +620,39 @@ def test_a_job_paid_by_a_workspace_is_refused_to_a_key_the_service_does_not_plac
     assert 10_000 - service.balance() == used
 
 
+def test_unplaced_keys_name_their_workspace_and_never_take_a_placed_job(
+    tmp_path, service, monkeypatch, capsys, default_journals
+):
+    # Found by QA: a job run with --workspace acme, rerun through a service not placing the
+    # key, started a new journal and paid again; a journal made by such a run was taken over
+    # by another workspace's key; --fresh with such a key wiped a job acme had paid for.
+    from pipeline.batch.journal import journal_path, paid_by
+    from pipeline.cli import main
+
+    base = default_journals
+    assert main([*base, "--workspace", "acme", "--budget", "40"]) == 3
+    placed = HttpScorer.identify
+    monkeypatch.setattr(HttpScorer, "identify", lambda self: None)  # the workspace not said
+    for extra in ([], ["--workspace", "acme"], ["--workspace", "acme", "--fresh"]):
+        assert main([*base, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert "the service did not say which workspace" in err
+    assert 10_000 - service.balance() == 40
+
+    spec_only = [*base, "-o", str(tmp_path / "spec.csv"), "--workspace", "team"]
+    spec_only[spec_only.index(str(tmp_path / "o.csv"))] = str(tmp_path / "first.csv")
+    assert main([*spec_only, "--budget", "10"]) == 3  # a service of the spec alone: as named
+    assert main(spec_only) == 0
+    assert (
+        10_000 - service.balance()
+        == 40 + pl.read_csv(tmp_path / "spec.csv")["decisions_used"].sum()
+    )
+    monkeypatch.setattr(HttpScorer, "identify", placed)
+    assert main(spec_only) == 2  # the key placed now: acme's, not the team's the job names
+    journals = tmp_path / "journals"
+    assert paid_by(journal_path(journals, Path(base[1]), "remote:team")) == ("team", False)
+
+
 def test_naming_the_keys_own_workspace_is_the_same_job(
     tmp_path, service, monkeypatch, default_journals
 ):

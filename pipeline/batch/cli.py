@@ -24,6 +24,7 @@ from pipeline.errors import Interrupted, PipelineError, UsageError
 from pipeline.settings import Settings
 
 if TYPE_CHECKING:
+    from pipeline.batch.journal import Journal
     from pipeline.batch.scorers.local import LocalScorer
 
 
@@ -234,27 +235,50 @@ def _remote_journal(
     from pipeline.batch.journal import journal_path, paid_by
 
     named = journal_path(journal_dir, source, f"remote:{workspace or ''}")
+    if named.exists():
+        return named
     for other in (journal_path(journal_dir, source, f"remote:{w}") for w in ("", owner or "")):
-        if other == named or (payer := paid_by(other)) is None:
+        payer, confirmed = paid_by(other)
+        if other == named or payer is None:
             continue
-        if owner is None:
-            _refuse_unconfirmed_payer(payer, other)
+        if owner is None and confirmed:
+            _refuse_unplaced_key(payer, other)
         if payer == owner:
             return other
     return named
 
 
-def _refuse_unconfirmed_payer(payer: str | None, journal: Path) -> None:
-    """A job paid by a workspace, scored with a key whose workspace the service does not say:
-    the key may be another workspace's, which would be handed answers it did not pay for, and
-    pay again for those in doubt (the service's idempotency keys are per workspace)."""
-    if payer is not None:
+def _check_unplaced_key(journal: Journal, workspace: str | None, *, explicit: bool) -> None:
+    """A run whose key the service does not place (GET /v1/workspace answering 404, or a page
+    not ours): the paying workspace is the one --workspace names (a service of the spec alone
+    cannot say), and a job the service placed a key for is not this run's."""
+    payer, confirmed = journal.paid_by()
+    if payer is not None and confirmed:
+        _refuse_unplaced_key(payer, journal.path)
+    if workspace is None and not explicit:
         raise UsageError(
-            f"{journal}: this job was paid by workspace {payer!r}, and the service did not say "
-            "which workspace this run's key spends from (GET /v1/workspace); check --api-url "
-            "(the service's base address, without /v1/decisions), or give this run its own "
-            "--journal PATH"
+            "the service did not say which workspace the API key spends from (GET "
+            "/v1/workspace); check --api-url (the service's base address, without "
+            "/v1/decisions), or, for a service of the spec alone, name the paying workspace "
+            "with --workspace NAME (one journal per workspace)"
         )
+    if payer is not None and workspace is not None and payer != workspace:
+        raise UsageError(
+            f"{journal.path}: this job's answers were paid by workspace {payer!r}, and this "
+            f"run names {workspace!r}; give each workspace its own journal (--journal PATH)"
+        )
+
+
+def _refuse_unplaced_key(payer: str, journal: Path) -> None:
+    """A job a workspace paid for, as the service said, scored with a key the service does not
+    place: the key may be another workspace's, which would be handed answers it did not pay
+    for, and pay again for those in doubt (the service's idempotency keys are per workspace)."""
+    raise UsageError(
+        f"{journal}: this job was paid by workspace {payer!r}, and the service did not say "
+        "which workspace this run's key spends from (GET /v1/workspace); check --api-url "
+        "(the service's base address, without /v1/decisions), or give this run its own "
+        "--journal PATH"
+    )
 
 
 def _score(args: argparse.Namespace, settings: Settings) -> int:
@@ -316,27 +340,32 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     progress = ProgressReporter(quiet=args.quiet or args.json)
     with job_lock(path), remote or nullcontext():
         journal = Journal(path, verdicts=history)
+        payer = owner
+        if remote is not None and owner is None:  # before --fresh: not this run's to forget
+            _check_unplaced_key(journal, args.workspace, explicit=args.journal is not None)
+            payer = args.workspace
         if args.fresh and not args.dry_run:
             journal.reset()
-        if remote is not None and owner is None and not args.fresh:
-            _refuse_unconfirmed_payer(journal.paid_by(), journal.path)
-        if owner is not None and not (args.dry_run and args.fresh):
-            # A dry run checks, and leaves the journal as it was.
-            journal.claim_for(
-                owner,
-                hint="--workspace NAME (one journal per workspace), or another --journal (for "
-                "another ledger too); or --fresh to score the file again and pay here",
-                record=not args.dry_run,
+        if not (args.dry_run and args.fresh):  # a dry run checks, and leaves the journal as is
+            service_hint = (
+                f"Run with --api-url {journal.service()} if that is the same service; for "
+                "another service, give this job its own --journal PATH, or run with --fresh to "
+                f"score the file again and pay through {remote.address}"
+                if remote is not None
+                else ""
             )
-        if remote is not None and not (args.dry_run and args.fresh):
-            first = journal.service()
-            journal.claim_service(
-                remote.address,
-                hint=f"Run with --api-url {first} if that is the same service; for another "
-                "service, give this job its own --journal PATH, or run with --fresh to score "
-                f"the file again and pay through {remote.address}",
-                record=not args.dry_run,
-            )
+            if remote is not None:  # every check before anything is recorded
+                journal.claim_service(remote.address, hint=service_hint, record=False)
+            if payer is not None:
+                journal.claim_for(
+                    payer,
+                    hint="--workspace NAME (one journal per workspace), or another --journal "
+                    "(for another ledger too); or --fresh to score the file again and pay here",
+                    record=not args.dry_run,
+                    confirmed=owner is not None,
+                )
+            if remote is not None:
+                journal.claim_service(remote.address, hint=service_hint, record=not args.dry_run)
         outcome = run_batch(
             options,
             scorer,

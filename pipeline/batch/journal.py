@@ -85,17 +85,16 @@ def journal_path(cache_dir: Path, input_path: Path, target: str) -> Path:
     return cache_dir / name
 
 
-def paid_by(journal: Path) -> str | None:
-    """The workspace a journal records as paying for its job, if the journal exists and
-    records one (`Journal.claim_for`); read without making anything."""
+def paid_by(journal: Path) -> tuple[str | None, bool]:
+    """`Journal.paid_by` of the journal at `journal`, read without making anything."""
     if not journal.is_file():
-        return None
+        return None, False
     try:
         with closing(sqlite3.connect(journal, timeout=60)) as db:
-            row = db.execute("SELECT value FROM meta WHERE name = 'workspace'").fetchone()
+            meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
     except sqlite3.Error:
-        return None
-    return None if row is None else row[0]
+        return None, False
+    return meta.get("workspace"), "workspace_confirmed" in meta
 
 
 def results_folder(journal: Path) -> Path:
@@ -213,22 +212,29 @@ class Journal:
         """The input fingerprint of a run that started and did not finish, if any."""
         return self._meta("open_run")
 
-    def claim_for(self, workspace: str, *, hint: str, record: bool = True) -> None:
+    def claim_for(
+        self, workspace: str, *, hint: str, record: bool = True, confirmed: bool = True
+    ) -> None:
         """Record that this job's answers are paid by `workspace` (unless not `record`: a
-        dry run); UsageError if another workspace paid for them (not this one's to reuse)."""
+        dry run), as the ledger or the service says (`confirmed`), or as the run's options
+        name it for a service that cannot say; UsageError if another workspace paid for them
+        (not this one's to reuse)."""
         owner = self._meta("workspace")
-        if owner is None and record:
-            owner = self._set_meta("workspace", workspace)
         if owner is not None and owner != workspace:
             raise UsageError(
                 f"{self.path}: this job's answers were paid by workspace {owner!r}, and this "
                 f"run would pay from {workspace!r}; give each workspace its own journal: "
                 f"{hint}"
             )
+        if record and owner is None:
+            self._set_meta("workspace", workspace)
+        if record and confirmed and self._meta("workspace_confirmed") is None:
+            self._set_meta("workspace_confirmed", "1")
 
-    def paid_by(self) -> str | None:
-        """The workspace recorded as paying for this job (`claim_for`), if any."""
-        return self._meta("workspace")
+    def paid_by(self) -> tuple[str | None, bool]:
+        """The workspace recorded as paying for this job (`claim_for`), if any, and whether
+        the ledger or the service confirmed it."""
+        return self._meta("workspace"), self._meta("workspace_confirmed") is not None
 
     def service(self) -> str | None:
         """The service address this job's requests went to (`claim_service`), if recorded."""
