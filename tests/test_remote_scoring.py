@@ -633,11 +633,18 @@ def test_unplaced_keys_name_their_workspace_and_never_take_a_placed_job(
     assert main([*base, "--workspace", "acme", "--budget", "40"]) == 3
     placed = HttpScorer.identify
     monkeypatch.setattr(HttpScorer, "identify", lambda self: None)  # the workspace not said
-    for extra in ([], ["--workspace", "acme"], ["--workspace", "acme", "--fresh"]):
+    explicit = ["--journal", str(tmp_path / "own.journal")]
+    for extra in ([], ["--workspace", "acme"], ["--workspace", "acme", "--fresh"], explicit):
         assert main([*base, *extra]) == 2, extra
         err = capsys.readouterr().err
         assert "the service did not say which workspace" in err
     assert 10_000 - service.balance() == 40
+    monkeypatch.setattr(HttpScorer, "identify", placed)
+    assert main(base) == 0  # placed again, without --workspace: the job of step one, not the
+    # empty journal a refused run left under its name (found by QA)
+    assert 10_000 - service.balance() == pl.read_csv(tmp_path / "o.csv")["decisions_used"].sum()
+    paid = 10_000 - service.balance()
+    monkeypatch.setattr(HttpScorer, "identify", lambda self: None)
 
     spec_only = [*base, "-o", str(tmp_path / "spec.csv"), "--workspace", "team"]
     spec_only[spec_only.index(str(tmp_path / "o.csv"))] = str(tmp_path / "first.csv")
@@ -645,7 +652,7 @@ def test_unplaced_keys_name_their_workspace_and_never_take_a_placed_job(
     assert main(spec_only) == 0
     assert (
         10_000 - service.balance()
-        == 40 + pl.read_csv(tmp_path / "spec.csv")["decisions_used"].sum()
+        == paid + pl.read_csv(tmp_path / "spec.csv")["decisions_used"].sum()
     )
     monkeypatch.setattr(HttpScorer, "identify", placed)
     assert main(spec_only) == 2  # the key placed now: acme's, not the team's the job names

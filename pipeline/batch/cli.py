@@ -235,7 +235,7 @@ def _remote_journal(
     from pipeline.batch.journal import journal_path, paid_by
 
     named = journal_path(journal_dir, source, f"remote:{workspace or ''}")
-    if named.exists():
+    if paid_by(named)[0] is not None:  # the job's (an empty one, left by a refused run, is not)
         return named
     for other in (journal_path(journal_dir, source, f"remote:{w}") for w in ("", owner or "")):
         payer, confirmed = paid_by(other)
@@ -248,14 +248,14 @@ def _remote_journal(
     return named
 
 
-def _check_unplaced_key(journal: Journal, workspace: str | None, *, explicit: bool) -> None:
+def _check_unplaced_key(journal: Journal, workspace: str | None) -> None:
     """A run whose key the service does not place (GET /v1/workspace answering 404, or a page
     not ours): the paying workspace is the one --workspace names (a service of the spec alone
     cannot say), and a job the service placed a key for is not this run's."""
     payer, confirmed = journal.paid_by()
     if payer is not None and confirmed:
         _refuse_unplaced_key(payer, journal.path)
-    if workspace is None and not explicit:
+    if workspace is None:  # with --journal too: the job records who pays, for the next key
         raise UsageError(
             "the service did not say which workspace the API key spends from (GET "
             "/v1/workspace); check --api-url (the service's base address, without "
@@ -342,7 +342,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         journal = Journal(path, verdicts=history)
         payer = owner
         if remote is not None and owner is None:  # before --fresh: not this run's to forget
-            _check_unplaced_key(journal, args.workspace, explicit=args.journal is not None)
+            _check_unplaced_key(journal, args.workspace)
             payer = args.workspace
         if args.fresh and not args.dry_run:
             journal.reset()
