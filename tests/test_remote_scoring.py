@@ -661,7 +661,7 @@ def test_unplaced_keys_name_their_workspace_and_never_take_a_placed_job(
 
 
 def test_naming_the_keys_own_workspace_is_the_same_job(
-    tmp_path, service, monkeypatch, default_journals
+    tmp_path, service, monkeypatch, capsys, default_journals
 ):
     # Found by QA: adding --workspace acme (the key's own) started another journal, paying again.
     from pipeline.cli import main
@@ -676,8 +676,19 @@ def test_naming_the_keys_own_workspace_is_the_same_job(
     service.accounts.create_account("beta-agency", "beta", "agency")
     monkeypatch.setenv("DECISIONS_API_KEY", service.accounts.create_key("beta-agency").key)
     assert main(base) == 2  # acme's answers are not beta's
+    assert main([*base, "--fresh"]) == 2  # nor beta's to wipe (found by QA: acme paid again)
     assert main([*base, "--workspace", "beta"]) == 0  # as the refusal says: beta's own job
     assert 1_000 - service.ledger.workspace("beta").balance == used
+    assert 10_000 - service.balance() == used  # acme's job untouched
+
+    monkeypatch.setattr(HttpScorer, "identify", lambda self: None)  # beta's key not placed:
+    assert main([*base, "--workspace", "beta"]) == 2  # its own job, which the service placed
+    assert "paid by workspace 'beta'" in capsys.readouterr().err  # (acme's is not the reason)
+    service.ledger.create_workspace("gamma", 1_000)  # a third, never placed: its own job
+    service.accounts.create_account("gamma-agency", "gamma", "agency")
+    monkeypatch.setenv("DECISIONS_API_KEY", service.accounts.create_key("gamma-agency").key)
+    assert main([*base, "--workspace", "gamma"]) == 0  # not refused for acme's job
+    assert 1_000 - service.ledger.workspace("gamma").balance == used
 
 
 def test_a_journal_paid_by_one_workspace_is_not_reused_by_another(

@@ -241,7 +241,7 @@ def _remote_journal(
         payer, confirmed = paid_by(other)
         if other == named or payer is None:
             continue
-        if owner is None and confirmed:
+        if owner is None and confirmed and payer == workspace:  # the job it names, placed
             _refuse_unplaced_key(payer, other)
         if payer == owner:
             return other
@@ -344,6 +344,15 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         if remote is not None and owner is None:  # before --fresh: not this run's to forget
             _check_unplaced_key(journal, args.workspace)
             payer = args.workspace
+        elif remote is not None and args.journal is None and args.fresh:
+            # A default journal another workspace paid for is its job, not this run's to wipe
+            paid, confirmed = journal.paid_by()
+            if confirmed and paid != owner:
+                raise UsageError(
+                    f"{journal.path}: this job's answers were paid by workspace {paid!r}; "
+                    "--fresh would forget them for it: give this workspace its own job with "
+                    "--workspace NAME, or --journal PATH"
+                )
         if args.fresh and not args.dry_run:
             journal.reset()
         if not (args.dry_run and args.fresh):  # a dry run checks, and leaves the journal as is
@@ -360,7 +369,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
                 journal.claim_for(
                     payer,
                     hint="--workspace NAME (one journal per workspace), or another --journal "
-                    "(for another ledger too); or --fresh to score the file again and pay here",
+                    "(for another ledger too)",
                     record=not args.dry_run,
                     confirmed=owner is not None,
                 )
