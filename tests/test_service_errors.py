@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from json import dumps as json_of
 from pathlib import Path
@@ -228,13 +229,24 @@ def test_a_key_pasted_into_the_path_is_neither_echoed_nor_logged(
     assert "POST /v1/sk-" in server_log  # the lines are there, with the prefix only
 
 
+def _access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The access log's lines, waited for: the server logs a request once its answer has left,
+    so the client can read the answer first."""
+    deadline = time.monotonic() + 5
+    while True:
+        lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.service.access"]
+        if lines or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.01)
+
+
 def test_a_path_cannot_write_a_line_of_its_own_into_the_access_log(
     service: Service, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     forged = '/x%0aINFO:  10.0.0.9:4444 "POST /v1/decisions" 200 key=sk-forged00 0.3ms%0d'
     assert_error(service.client.get(f"{service.url}{forged}"), 404, "not_found")
-    lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.service.access"]
+    lines = _access_lines(caplog)
     assert len(lines) == 1 and "\n" not in lines[0] and "\r" not in lines[0]
     assert '"GET /x\\nINFO:' in lines[0]  # escaped, on the one line of its request
 
