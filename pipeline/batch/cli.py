@@ -25,6 +25,7 @@ from pipeline.settings import Settings
 
 if TYPE_CHECKING:
     from pipeline.batch.journal import Journal
+    from pipeline.batch.scorers.http import HttpScorer
     from pipeline.batch.scorers.local import LocalScorer
 
 
@@ -262,7 +263,7 @@ def _check_unplaced_key(journal: Journal, workspace: str | None) -> None:
             "/v1/decisions), or, for a service of the spec alone, name the paying workspace "
             "with --workspace NAME (one journal per workspace)"
         )
-    if payer is not None and workspace is not None and payer != workspace:
+    if payer is not None and payer != workspace:
         raise UsageError(
             f"{journal.path}: this job's answers were paid by workspace {payer!r}, and this "
             f"run names {workspace!r}; give each workspace its own journal (--journal PATH)"
@@ -279,6 +280,48 @@ def _refuse_unplaced_key(payer: str, journal: Path) -> None:
         "(the service's base address, without /v1/decisions), or give this run its own "
         "--journal PATH"
     )
+
+
+def _claim_journal(
+    journal: Journal, args: argparse.Namespace, remote: HttpScorer | None, owner: str | None
+) -> None:
+    """Check that the job's journal is this run's to use (who paid, through which service),
+    every check before anything is recorded, then forget it for --fresh and record this run's
+    payer and service (a dry run checks, and leaves the journal as it was)."""
+    payer = owner
+    if remote is not None and owner is None:  # before --fresh: not this run's to forget
+        _check_unplaced_key(journal, args.workspace)
+        payer = args.workspace
+    elif remote is not None and args.journal is None and args.fresh:
+        # A default journal another workspace paid for is its job, not this run's to wipe
+        paid, confirmed = journal.paid_by()
+        if confirmed and paid != owner:
+            raise UsageError(
+                f"{journal.path}: this job's answers were paid by workspace {paid!r}; "
+                "--fresh would forget them for it: give this workspace its own job with "
+                "--workspace NAME, or --journal PATH"
+            )
+    if args.fresh and not args.dry_run:
+        journal.reset()
+    if args.dry_run and args.fresh:
+        return  # a dry run checks, and leaves the journal as it was
+    if remote is not None:  # every check before anything is recorded
+        service_hint = (
+            f"Run with --api-url {journal.service()} if that is the same service; for another "
+            "service, give this job its own --journal PATH, or run with --fresh to score the "
+            f"file again and pay through {remote.address}"
+        )
+        journal.claim_service(remote.address, hint=service_hint, record=False)
+    if payer is not None:
+        journal.claim_for(
+            payer,
+            hint="--workspace NAME (one journal per workspace), or another --journal (for "
+            "another ledger too)",
+            record=not args.dry_run,
+            confirmed=owner is not None,
+        )
+    if remote is not None:
+        journal.claim_service(remote.address, hint=service_hint, record=not args.dry_run)
 
 
 def _score(args: argparse.Namespace, settings: Settings) -> int:
@@ -340,41 +383,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     progress = ProgressReporter(quiet=args.quiet or args.json)
     with job_lock(path), remote or nullcontext():
         journal = Journal(path, verdicts=history)
-        payer = owner
-        if remote is not None and owner is None:  # before --fresh: not this run's to forget
-            _check_unplaced_key(journal, args.workspace)
-            payer = args.workspace
-        elif remote is not None and args.journal is None and args.fresh:
-            # A default journal another workspace paid for is its job, not this run's to wipe
-            paid, confirmed = journal.paid_by()
-            if confirmed and paid != owner:
-                raise UsageError(
-                    f"{journal.path}: this job's answers were paid by workspace {paid!r}; "
-                    "--fresh would forget them for it: give this workspace its own job with "
-                    "--workspace NAME, or --journal PATH"
-                )
-        if args.fresh and not args.dry_run:
-            journal.reset()
-        if not (args.dry_run and args.fresh):  # a dry run checks, and leaves the journal as is
-            service_hint = (
-                f"Run with --api-url {journal.service()} if that is the same service; for "
-                "another service, give this job its own --journal PATH, or run with --fresh to "
-                f"score the file again and pay through {remote.address}"
-                if remote is not None
-                else ""
-            )
-            if remote is not None:  # every check before anything is recorded
-                journal.claim_service(remote.address, hint=service_hint, record=False)
-            if payer is not None:
-                journal.claim_for(
-                    payer,
-                    hint="--workspace NAME (one journal per workspace), or another --journal "
-                    "(for another ledger too)",
-                    record=not args.dry_run,
-                    confirmed=owner is not None,
-                )
-            if remote is not None:
-                journal.claim_service(remote.address, hint=service_hint, record=not args.dry_run)
+        _claim_journal(journal, args, remote, owner)
         outcome = run_batch(
             options,
             scorer,

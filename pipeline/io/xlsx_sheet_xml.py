@@ -95,16 +95,19 @@ def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored
     xml = _sheet_xml(path, sheet_index)
     if xml is None:
         return Restored(frame, [])
-    if b"<f" in xml or b":f" in xml:
+    unsaved = (b"<f" in xml or b":f" in xml) and formula_without_result(xml) is not None
+    if not unsaved and b"mergeCell" not in xml and b't="e"' not in xml:
+        return Restored(frame, [])
+    origin = _origin(xml, frame)
+    if unsaved:
         # Not in the first row read (a title, or the header: a header cell that is a formula
         # without a result reads as a blank header, said as such), nor above it.
-        top = _top_row(xml, frame)
+        top = origin[0] if origin is not None else _first_value_row(xml)
         no_result = formula_without_result(xml, from_row=top + 1)
         if no_result is not None:
             return Restored(frame, [], no_result=no_result)
-    if b"mergeCell" not in xml and b't="e"' not in xml:
-        return Restored(frame, [])
-    origin = _origin(xml, frame)
+        if b"mergeCell" not in xml and b't="e"' not in xml:
+            return Restored(frame, [])
     if origin is None:
         merges = len(_merges(xml))
         errors = sum(1 for _ in _ERROR_CELL.finditer(xml))
@@ -115,12 +118,9 @@ def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored
     return Restored(*_filled_down(xml, origin, frame))
 
 
-def _top_row(xml: bytes, frame: pl.DataFrame) -> int:
-    """The sheet row (0-based) of the frame's first row: checked by the sheet's numbers when it
-    can be, else the first row holding a value (calamine's range starts there)."""
-    origin = _origin(xml, frame)
-    if origin is not None:
-        return origin[0]
+def _first_value_row(xml: bytes) -> int:
+    """The sheet row (0-based) calamine's range starts at, unchecked: the first holding a value
+    (for a sheet whose numbers cannot place the frame, see `_origin`)."""
     guess = _first_row_and_column(xml, _VALUE_CELL)
     return guess[0] if guess is not None else 0
 
