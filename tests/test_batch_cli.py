@@ -122,9 +122,10 @@ def test_budget_caps_spending_and_the_rest_is_skipped(tmp_path, db):
     assert "run the same command again" in skipped["error_message"][0]
 
 
-def test_a_short_balance_stops_at_what_it_can_pay(tmp_path):
+def test_a_short_balance_stops_at_what_it_can_pay(tmp_path, capsys):
     db = str(tmp_path / "ledger.db")
     assert main(["workspace", "create", "small", "--balance", "30", "--db", db]) == 0
+    capsys.readouterr()
     out = tmp_path / "scored.parquet"
     code = main(["score", str(SAMPLE / "portfolio.csv"), "-o", str(out), "--db", db,
                  "--workspace", "small", "--reasoning", "all", "--quiet",
@@ -137,6 +138,9 @@ def test_a_short_balance_stops_at_what_it_can_pay(tmp_path):
         "insufficient_decisions"
     }
     assert balance(db, "small") == 0
+    printed = capsys.readouterr()
+    assert printed.out == ""  # --quiet, yet the rows left and how to go on are said
+    assert "run the same command again" in printed.err
 
 
 def test_borderline_reasoning_only_for_partial_verdicts(tmp_path, db):

@@ -73,7 +73,11 @@ def add_score_command(commands: Any) -> None:
         "--fresh", action="store_true", help="forget the journal: score (and pay) every row again"
     )
     score.add_argument("--journal", type=Path, help="journal file (default: one per input)")
-    score.add_argument("--quiet", action="store_true", help="no progress, no summary table")
+    score.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress, no summary table (a run that leaves rows still says how to go on)",
+    )
     score.add_argument("--json", action="store_true", help="print the summary as JSON")
     score.add_argument(
         "--manifest", type=Path, help="also write the run's summary as JSON to this file"
@@ -408,10 +412,12 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         write_manifest(args.manifest, manifest)
     if args.json:
         print(json.dumps(manifest, ensure_ascii=False, indent=2))
-        if outcome.exit_code == 3:  # stdout is for the JSON: the way on goes to stderr
-            print(run_again(outcome) + "\n  " + command_line(sys.argv), file=sys.stderr)
     elif not args.quiet:
         print_summary(outcome, sys.argv)
+    if (args.json or args.quiet) and outcome.exit_code == 3:
+        # Rows were left: even a quiet run (cron mails what it prints) says how to go on,
+        # on stderr, as stdout is for the JSON.
+        print(run_again(outcome) + "\n  " + command_line(sys.argv), file=sys.stderr)
     return outcome.exit_code
 
 
