@@ -18,6 +18,7 @@ from pipeline.engine.batching import MicroBatcher
 from pipeline.engine.engine import Engine
 from pipeline.engine.models import DecisionRequest
 from pipeline.engine.request import checked_row, parse_request
+from pipeline.errors import LedgerBusy
 from pipeline.ledger.base import Charge, ChargeRequest, Ledger, cost_of
 
 
@@ -76,9 +77,8 @@ class DecisionDesk:
         request, row, wanted = _admit(body, idempotency_key, key_prefix)
         inline = getattr(self.engine, "inline", False)
         evaluated = self.engine.evaluate(request, checked_row=row) if inline else None
-        if commit_inline:
-            charge = self.ledger.charge(workspace, wanted)
-        else:
+        charge = self._charge_now(workspace, wanted) if commit_inline else None
+        if charge is None:
             charge = await self._charges.submit_async((workspace, wanted))
         if charge.replayed and charge.response is not None:
             return Decision(json.loads(charge.response), replayed=True)
@@ -88,15 +88,30 @@ class DecisionDesk:
             response = _paid(evaluated, charge)
             if idempotency_key is not None:
                 answer = json.dumps(response)
-                if commit_inline:
-                    self.ledger.complete(workspace, idempotency_key, answer)
-                else:
+                if not (commit_inline and self._complete_now(workspace, idempotency_key, answer)):
                     await self._completions.submit_async((workspace, idempotency_key, answer))
         except BaseException:
             if not charge.replayed:
                 await asyncio.to_thread(self.ledger.refund, charge.entry_id, REFUND_NOTE)
             raise
         return Decision(response, replayed=charge.replayed)
+
+    # Committed on the calling thread only if nobody else is writing: the event loop must not
+    # wait for another process's transaction (a second server, a batch run on the same ledger),
+    # which would keep every other client waiting too. Otherwise the writer thread waits.
+
+    def _charge_now(self, workspace: str, wanted: ChargeRequest) -> Charge | None:
+        try:
+            return self.ledger.charge(workspace, wanted, wait=False)
+        except LedgerBusy:
+            return None
+
+    def _complete_now(self, workspace: str, idempotency_key: str, answer: str) -> bool:
+        try:
+            self.ledger.complete(workspace, idempotency_key, answer, wait=False)
+        except LedgerBusy:
+            return False
+        return True
 
 
 REFUND_NOTE = "the request failed after its charge"

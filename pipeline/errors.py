@@ -129,6 +129,12 @@ class RequestInProgress(LedgerError):
     code = "request_in_progress"
 
 
+class LedgerBusy(LedgerError):
+    """Another connection holds the ledger's write lock, and the caller asked not to wait."""
+
+    code = "ledger_busy"
+
+
 class Interrupted(PipelineError):
     """A batch run stopped by Ctrl-C or a stop signal (SIGTERM: cron, systemd, a timeout)."""
 

@@ -4,6 +4,7 @@ thread when other connections are being served; and the server binding itself to
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -52,9 +53,9 @@ class RecordingLedger(SqliteLedger):
         super().__init__(path)
         self.committed_by: list[str] = []
 
-    def charge_each(self, charges: Sequence[tuple[str, ChargeRequest]]) -> list:
+    def charge_each(self, charges: Sequence[tuple[str, ChargeRequest]], *, wait=True) -> list:
         self.committed_by += [threading.current_thread().name] * len(charges)
-        return super().charge_each(charges)
+        return super().charge_each(charges, wait=wait)
 
 
 def test_a_lone_client_is_charged_on_the_loop_and_concurrent_clients_by_the_writer(tmp_path):
@@ -93,6 +94,35 @@ def test_a_lone_client_is_charged_on_the_loop_and_concurrent_clients_by_the_writ
     assert ledger.workspace("acme").balance == 100 - 27  # the replay was not charged
     remaining = sorted(a.json()["decisions_remaining"] for a in [*answers, first])
     assert remaining == list(range(73, 100))  # each charge seen once, none lost
+
+
+def test_a_lone_client_waits_for_another_writer_without_holding_up_the_server(tmp_path):
+    # Another process writing to the same ledger (a second server, a batch run, a top-up) holds
+    # its write lock: a lone client's charge waits for it on the writer thread, not on the
+    # event loop, so every other client is still answered meanwhile.
+    ledger = RecordingLedger(tmp_path / "ledger.db")
+    ledger.create_workspace("acme", 100)
+    accounts = SqliteAccounts(tmp_path / "ledger.db")
+    accounts.create_account("acme-broker", "acme", "broker")
+    headers = {"Authorization": f"Bearer {accounts.create_key('acme-broker').key}"}
+    app = create_app(DecisionDesk(Engine.default(), ledger), accounts)
+    other_writer = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+    with BackgroundServer(app) as url, ThreadPoolExecutor(1) as aside:
+        other_writer.execute("BEGIN IMMEDIATE")
+        paid = aside.submit(httpx.post, f"{url}/v1/decisions", json=VALID, headers=headers)
+        time.sleep(0.3)  # the paid request is waiting for the lock
+        started = time.monotonic()
+        refused = httpx.post(f"{url}/v1/decisions", json=VALID)  # no key: 401, at once
+        waited_for_401 = time.monotonic() - started
+        still_waiting = not paid.done()
+        other_writer.execute("COMMIT")
+        answer = paid.result(timeout=30)
+
+    assert refused.status_code == 401 and waited_for_401 < 1.5
+    assert still_waiting  # the charge waited for the lock...
+    assert answer.status_code == 200  # ...then was made, once, by the writer thread
+    assert ledger.committed_by[-1] == "charges"
+    assert ledger.workspace("acme").balance == 99
 
 
 def test_the_server_binds_itself_to_one_cpu_unless_told_not_to():

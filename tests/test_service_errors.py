@@ -121,6 +121,20 @@ def test_json_undecodable_is_invalid_json(service: Service) -> None:
     assert service.balance() == 100
 
 
+@pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json_even_in_a_field_we_ignore(service: Service, word: str):
+    for content in (
+        json_of(body()).replace("{", '{"note": ' + word + ", ", 1),
+        json_of(body()).replace("900000", word),
+    ):
+        response = service.post(content=content, headers={"Content-Type": "application/json"})
+        assert_error(response, 400, "invalid_json")
+    text_naming_them = json_of(body()).replace("{", '{"note": "NaN or Infinity", ', 1)
+    response = service.post(content=text_naming_them, headers={"Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    assert service.balance() == 99
+
+
 def test_a_byte_order_mark_before_the_json_is_ignored(service: Service) -> None:
     content = b"\xef\xbb\xbf" + json_of(body()).encode()
     response = service.post(content=content, headers={"Content-Type": "application/json"})

@@ -11,8 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.engine.names import STRIP_WHITESPACE
-from pipeline.engine.rules import MAXIMUM, MINIMUM_AREA
+from pipeline.engine.rules import BLANK_LETTERS, MAXIMUM, MINIMUM_AREA
 from pipeline.engine.schema import PROPERTY_TYPES
 
 Verdict = Literal["match", "partial", "no_match"]
@@ -57,10 +56,11 @@ class Property(BaseModel):
     furnished: bool | None = None
 
 
-# Some character that is not white space (rules.py: a blank city is refused).
+# A letter or a digit, other than tatweel and the Hangul fillers (rules.py: a city naming
+# nothing, such as "-" or ".", is refused).
 _NOT_BLANK = {
     "minLength": 1,
-    "pattern": "[^" + "".join(f"\\u{ord(c):04x}" for c in STRIP_WHITESPACE) + "]",
+    "pattern": "(?![" + "".join(f"\\u{ord(c):04x}" for c in BLANK_LETTERS) + "])[\\p{L}\\p{N}]",
 }
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import polars as pl
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from pipeline.engine.models import DecisionRequest
 from pipeline.engine.rules import first_violation
@@ -37,9 +38,22 @@ def parse_request(body: bytes | str | dict[str, Any]) -> DecisionRequest:
             body = body[len(_BOM.encode()) :]
         elif isinstance(body, str) and body.startswith(_BOM):
             body = body[len(_BOM) :]
+        _refuse_non_json_numbers(body)
         return DecisionRequest.model_validate_json(body)
     except ValidationError as exc:
         raise _translate(exc) from None
+
+
+def _refuse_non_json_numbers(body: bytes | str) -> None:
+    """InvalidJson for NaN, Infinity and -Infinity anywhere in the body: pydantic's parser
+    reads them (JSON has no such values) and only a number field refuses them, as not finite.
+    The full check runs only for a body holding such a word, so as to cost nothing else."""
+    raw = body.encode() if isinstance(body, str) else body
+    if b"NaN" in raw or b"Infinity" in raw:
+        try:
+            from_json(raw, allow_inf_nan=False)
+        except ValueError as exc:
+            raise InvalidJson(f"the request body is not valid JSON: {exc}") from None
 
 
 def _translate(exc: ValidationError) -> RequestValidationError:

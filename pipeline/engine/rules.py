@@ -73,7 +73,7 @@ MINIMUM_AREA = 0.01  # m2
 # Hangul fillers (letters to Unicode, a stretch of line or a blank to a reader) or a lone
 # diacritic name nothing.
 _LETTER_OR_DIGIT = r"[\p{L}\p{N}&&[^\x{0640}\x{115F}\x{1160}\x{3164}\x{FFA0}]]"
-_BLANK_LETTERS = "\u0640\u115f\u1160\u3164\uffa0"  # tatweel, the Hangul fillers
+BLANK_LETTERS = "\u0640\u115f\u1160\u3164\uffa0"  # tatweel, the Hangul fillers
 
 
 def _at_most(column: str) -> Rule:
@@ -194,7 +194,7 @@ RULES: tuple[Rule, ...] = (
 
 def _names_something(text: str) -> bool:
     """`_LETTER_OR_DIGIT` for one value: a letter or a digit other than tatweel."""
-    return any(unicodedata.category(ch)[0] in "LN" and ch not in _BLANK_LETTERS for ch in text)
+    return any(unicodedata.category(ch)[0] in "LN" and ch not in BLANK_LETTERS for ch in text)
 
 
 def _first_broken_rule() -> pl.Expr:

@@ -70,12 +70,13 @@ class Ledger(Protocol):
 
     def topup(self, name: str, amount: int) -> Workspace: ...
 
-    def charge(self, workspace: str, request: ChargeRequest) -> Charge:
+    def charge(self, workspace: str, request: ChargeRequest, *, wait: bool = True) -> Charge:
         """Take `cost` from the balance atomically, or raise InsufficientDecisions.
 
         With an idempotency key already charged: the earlier charge comes back with
         `replayed=True` and nothing is taken (IdempotencyKeyReused for another fingerprint,
-        RequestInProgress while the first is still running)."""
+        RequestInProgress while the first is still running). `wait=False`: LedgerBusy, nothing
+        taken, where the charge would first wait for another writer."""
         ...
 
     def charged(self, workspace: str, idempotency_key: str) -> bool:
@@ -83,15 +84,19 @@ class Ledger(Protocol):
         ...
 
     def charge_each(
-        self, charges: Sequence[tuple[str, ChargeRequest]]
+        self, charges: Sequence[tuple[str, ChargeRequest]], *, wait: bool = True
     ) -> list[Charge | LedgerError]:
         """Each (workspace, request) charged as `charge` would, in one transaction; a refusal
         (a LedgerError) comes back in place of its charge."""
         ...
 
-    def complete(self, workspace: str, idempotency_key: str, response: str | None) -> None: ...
+    def complete(
+        self, workspace: str, idempotency_key: str, response: str | None, *, wait: bool = True
+    ) -> None: ...
 
-    def complete_many(self, workspace: str, outcomes: list[tuple[str, str | None]]) -> None:
+    def complete_many(
+        self, workspace: str, outcomes: list[tuple[str, str | None]], *, wait: bool = True
+    ) -> None:
         """`complete` for each (idempotency key, response), in one transaction."""
         ...
 

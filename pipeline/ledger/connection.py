@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pipeline.errors import UsageError
 
+BUSY_TIMEOUT_MS = 60_000  # how long a write waits for another connection's transaction
+
 
 class ThreadConnections:
     """A connection per thread to one database file (sqlite3 objects must stay in their thread)."""
@@ -22,7 +24,9 @@ class ThreadConnections:
         db = getattr(self._local, "db", None)
         if db is None:
             try:
-                db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+                db = sqlite3.connect(
+                    self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+                )
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute(f"PRAGMA synchronous={self.synchronous}")
                 db.execute("PRAGMA foreign_keys=ON")

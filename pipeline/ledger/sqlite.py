@@ -16,13 +16,14 @@ from pathlib import Path
 from pipeline.errors import (
     IdempotencyKeyReused,
     InsufficientDecisions,
+    LedgerBusy,
     LedgerError,
     RequestInProgress,
     UnknownWorkspace,
     UsageError,
 )
 from pipeline.ledger.base import Charge, ChargeRequest, Workspace, check_name
-from pipeline.ledger.connection import ThreadConnections
+from pipeline.ledger.connection import BUSY_TIMEOUT_MS, ThreadConnections
 from pipeline.settings import Settings, ledger_location
 
 # An in-flight request older than this is taken to have died (a killed process): its charge
@@ -77,9 +78,14 @@ class SqliteLedger:
         return self._connections.get()
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *, wait: bool = True) -> Iterator[sqlite3.Connection]:
+        """A write transaction. `wait=False`: LedgerBusy at once, nothing done, if another
+        connection holds the write lock (instead of waiting for it, up to a minute)."""
         db = self._connection()
-        db.execute("BEGIN IMMEDIATE")
+        if wait:
+            db.execute("BEGIN IMMEDIATE")
+        else:
+            _begin_now(db)
         try:
             yield db
         except BaseException:
@@ -245,20 +251,20 @@ class SqliteLedger:
         )
         return row is not None
 
-    def charge(self, workspace: str, request: ChargeRequest) -> Charge:
-        (outcome,) = self.charge_each([(workspace, request)])
+    def charge(self, workspace: str, request: ChargeRequest, *, wait: bool = True) -> Charge:
+        (outcome,) = self.charge_each([(workspace, request)], wait=wait)
         if isinstance(outcome, LedgerError):
             raise outcome
         return outcome
 
     def charge_each(
-        self, charges: Sequence[tuple[str, ChargeRequest]]
+        self, charges: Sequence[tuple[str, ChargeRequest]], *, wait: bool = True
     ) -> list[Charge | LedgerError]:
         """Each (workspace, request) charged as `charge` would, all in one transaction (one
         fsync for many concurrent requests); a refusal comes back in place of its charge.
         Each workspace's balance is written once, at the end (its entries carry each step)."""
         results: list[Charge | LedgerError] = []
-        with self._transaction() as db:
+        with self._transaction(wait=wait) as db:
             balances: dict[str, tuple[int, int]] = {}
             spent: set[str] = set()
             for workspace, request in charges:
@@ -283,11 +289,15 @@ class SqliteLedger:
                 )
         return results
 
-    def complete(self, workspace: str, idempotency_key: str, response: str | None) -> None:
-        self.complete_many(workspace, [(idempotency_key, response)])
+    def complete(
+        self, workspace: str, idempotency_key: str, response: str | None, *, wait: bool = True
+    ) -> None:
+        self.complete_many(workspace, [(idempotency_key, response)], wait=wait)
 
-    def complete_many(self, workspace: str, outcomes: list[tuple[str, str | None]]) -> None:
-        with self._transaction() as db:
+    def complete_many(
+        self, workspace: str, outcomes: list[tuple[str, str | None]], *, wait: bool = True
+    ) -> None:
+        with self._transaction(wait=wait) as db:
             workspace_id, _ = self._row(db, workspace)
             db.executemany(
                 "UPDATE idempotency SET state = 'done', response = ?"
@@ -342,3 +352,16 @@ def open_ledger(
     if own_file or charges_local:
         ledger.ensure_workspace(settings.ledger.workspace, settings.ledger.initial_balance)
     return ledger
+
+
+def _begin_now(db: sqlite3.Connection) -> None:
+    """BEGIN IMMEDIATE without waiting for the write lock: LedgerBusy if it is taken."""
+    db.execute("PRAGMA busy_timeout = 0")
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+            raise
+        raise LedgerBusy("another connection is writing to the ledger") from exc
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

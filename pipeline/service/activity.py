@@ -4,7 +4,8 @@ A charge is normally committed by the ledger's writer thread, so that concurrent
 one transaction and the event loop serves others during the fsync. A caller alone on the server
 has nobody to share with or to keep waiting; for it the handoff to the writer thread and back
 is pure cost (about a quarter of its latency, measured at concurrency 1 with `make bench`), so
-its charge is committed on the loop. "Alone": no other connection sent a request within the
+its charge is committed on the loop (unless another process holds the ledger's write lock: the
+writer thread waits for that, not the loop). "Alone": no other connection sent a request within the
 last `window_s`. Counting requests in flight would not do: at concurrency 8 the first request
 read in a loop iteration finds nobody in flight yet, and every request would commit alone.
 """
