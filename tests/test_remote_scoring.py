@@ -594,6 +594,30 @@ def default_journals(tmp_path, service, monkeypatch, small) -> list[str]:
     return ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet", "--api-url", service.url]
 
 
+def test_a_run_locks_every_default_journal_its_job_may_have(
+    tmp_path, service, capsys, default_journals, small
+):
+    # Found by QA: two first runs of one job, with and without --workspace naming the key's
+    # own workspace, locked two journal names, and both paid every row.
+    import fcntl
+
+    from pipeline.batch.journal import journal_path, lock_file
+    from pipeline.cli import main
+
+    without = journal_path(tmp_path / "journals", small, "remote:")
+    lock = lock_file(without)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a+") as held:  # the run without --workspace, still going
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main([*default_journals, "--workspace", "acme"]) == 2
+        assert "another run of this job is in progress" in capsys.readouterr().err
+    assert service.balance() == 10_000
+    assert main([*default_journals, "--workspace", "acme"]) == 0
+    paid = 10_000 - service.balance()
+    assert main(default_journals) == 0  # the same job, under its other name
+    assert 10_000 - service.balance() == paid
+
+
 def test_a_job_paid_by_a_workspace_is_refused_to_a_key_the_service_does_not_place(
     tmp_path, service, monkeypatch, capsys, default_journals
 ):
@@ -712,8 +736,14 @@ def test_a_journal_paid_by_one_workspace_is_not_reused_by_another(
     monkeypatch.setenv("DECISIONS_API_KEY", beta_key)
     assert main(argv) == 2  # beta would have had acme's answers for nothing
     assert main([*argv, "--dry-run"]) == 2  # and says so before anything is paid
-    assert main([*argv, "--dry-run", "--fresh"]) == 0
+    # --fresh would forget acme's answers (acme paying them all again) and give beta the job
+    assert main([*argv, "--fresh"]) == 2 and main([*argv, "--dry-run", "--fresh"]) == 2
     assert "paid by workspace 'acme'" in capsys.readouterr().err
+    # under another address too, told who paid, not sent to --fresh as for another service
+    elsewhere = [a.replace("127.0.0.1", "localhost") for a in argv]
+    assert main(elsewhere) == 2
+    err = capsys.readouterr().err
+    assert "paid by workspace 'acme'" in err and "--fresh" not in err
     assert service.ledger.workspace("beta").balance == 1_000
 
     rotated = service.accounts.create_key("acme-broker").key  # acme's new key: same job

@@ -231,20 +231,30 @@ def _record_failure(
         print(f"decisions: warning: the manifest could not be written ({exc})", file=sys.stderr)
 
 
-def _remote_journal(
+def _remote_journals(
     journal_dir: Path, source: Path, workspace: str | None, owner: str | None
-) -> Path:
+) -> list[Path]:
+    """The default journals a remote job may have, its own name first: one per input and
+    --workspace, and those of the same input without --workspace and under the key's own
+    workspace (all locked by a run, so that two first runs under two names cannot both pay)."""
+    from pipeline.batch.journal import journal_path
+
+    names = (workspace or "", "", owner or "")
+    return list(dict.fromkeys(journal_path(journal_dir, source, f"remote:{w}") for w in names))
+
+
+def _remote_journal(candidates: list[Path], workspace: str | None, owner: str | None) -> Path:
     """The default journal of a remote job: one per input and --workspace. A job without a
     journal of that name yet may have one under the other name (run with --workspace naming
     the key's own workspace, or without): the same workspace paid it, so it is the same job."""
-    from pipeline.batch.journal import journal_path, paid_by
+    from pipeline.batch.journal import paid_by
 
-    named = journal_path(journal_dir, source, f"remote:{workspace or ''}")
+    named, *others = candidates
     if paid_by(named)[0] is not None:  # the job's (an empty one, left by a refused run, is not)
         return named
-    for other in (journal_path(journal_dir, source, f"remote:{w}") for w in ("", owner or "")):
+    for other in others:
         payer, confirmed = paid_by(other)
-        if other == named or payer is None:
+        if payer is None:
             continue
         if owner is None and confirmed and payer == workspace:  # the job it names, placed
             _refuse_unplaced_key(payer, other)
@@ -296,36 +306,38 @@ def _claim_journal(
     if remote is not None and owner is None:  # before --fresh: not this run's to forget
         _check_unplaced_key(journal, args.workspace)
         payer = args.workspace
-    elif remote is not None and args.journal is None and args.fresh:
-        # A default journal another workspace paid for is its job, not this run's to wipe
-        paid, confirmed = journal.paid_by()
-        if confirmed and paid != owner:
-            raise UsageError(
-                f"{journal.path}: this job's answers were paid by workspace {paid!r}; "
-                "--fresh would forget them for it: give this workspace its own job with "
-                "--workspace NAME, or --journal PATH"
-            )
+    paid = journal.paid_by()[0]
+    if args.fresh and paid is not None and paid != payer:
+        # Another workspace's job (or another ledger's): --fresh would forget what it paid for
+        # (its next run paying it all again), and hand the job to this one.
+        raise UsageError(
+            f"{journal.path}: this job's answers were paid by workspace {paid!r}; --fresh "
+            "would forget them for it: give this workspace its own job with --workspace NAME "
+            "or --journal PATH"
+        )
     if args.fresh and not args.dry_run:
         journal.reset()
     if args.dry_run and args.fresh:
         return  # a dry run checks, and leaves the journal as it was
-    if remote is not None:  # every check before anything is recorded
-        service_hint = (
-            f"Run with --api-url {journal.service()} if that is the same service; for another "
-            "service, give this job its own --journal PATH, or run with --fresh to score the "
-            f"file again and pay through {remote.address}"
-        )
-        journal.claim_service(remote.address, hint=service_hint, record=False)
-    if payer is not None:
-        journal.claim_for(
-            payer,
-            hint="--workspace NAME (one journal per workspace), or another --journal (for "
-            "another ledger too)",
-            record=not args.dry_run,
-            confirmed=owner is not None,
-        )
-    if remote is not None:
-        journal.claim_service(remote.address, hint=service_hint, record=not args.dry_run)
+    # Every check before anything is recorded, who pays first: a job another workspace paid
+    # for is refused as such, not sent to --fresh by the service check.
+    for record in (False, True) if not args.dry_run else (False,):
+        if payer is not None:
+            journal.claim_for(
+                payer,
+                hint="--workspace NAME (one journal per workspace), or another --journal (for "
+                "another ledger too)",
+                record=record,
+                confirmed=owner is not None,
+            )
+        if remote is not None:
+            journal.claim_service(
+                remote.address,
+                hint=f"Run with --api-url {journal.service()} if that is the same service; for "
+                "another service, give this job its own --journal PATH, or run with --fresh to "
+                f"score the file again and pay through {remote.address}",
+                record=record,
+            )
 
 
 def _score(args: argparse.Namespace, settings: Settings) -> int:
@@ -372,20 +384,22 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         owner = f"{workspace} in {scorer.ledger.path.resolve()}"
     journal_dir = settings.resolve(settings.batch.journal_dir)
     path = args.journal or journal_path(journal_dir, args.input, target)
+    locked = [path]
     if remote is not None and args.journal is None and not path.exists():
         # One default journal per input and --workspace, whatever the service's address is
         # spelled: another address finds the job's journal and is refused, not paid twice. A
         # journal of an earlier version, named after the address, is kept while it is used.
-        path = _remote_journal(journal_dir, args.input, args.workspace, owner)
+        locked = _remote_journals(journal_dir, args.input, args.workspace, owner)
     # The verdict history outlives a change of benchmarks (which starts a new journal: its
     # answers were made with the old ones), to list the verdicts the new benchmarks flip.
     history = None
     if args.journal is None and remote is None:
         versionless = target.replace(scorer.version, scorer.name, 1)
-        history = journal_path(journal_dir, args.input, versionless)
-        history = history.with_suffix(".verdicts.parquet")
+        history = journal_path(journal_dir, args.input, versionless, suffix=".verdicts.parquet")
     progress = ProgressReporter(quiet=args.quiet or args.json)
-    with job_lock(path), remote or nullcontext():
+    with job_lock(*locked), remote or nullcontext():
+        if locked != [path]:  # chosen once no other run can claim one of them
+            path = _remote_journal(locked, args.workspace, owner)
         journal = Journal(path, verdicts=history)
         _claim_journal(journal, args, remote, owner)
         outcome = run_batch(

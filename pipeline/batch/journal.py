@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -78,11 +78,30 @@ _LAST_RESULTS, _LAST_REJECTS = "last-run.results.parquet", "last-run.rejects.par
 COMPACT_AFTER_BATCHES = 150
 
 
-def journal_path(cache_dir: Path, input_path: Path, target: str) -> Path:
-    """The journal of a job: the same input file scored for the same target (workspace/URL)."""
-    job = f"{input_path.resolve()}\x1f{target}".encode()
-    name = f"{input_path.stem[:40]}-{hashlib.sha256(job).hexdigest()[:12]}.journal"
-    return cache_dir / name
+def journal_path(
+    cache_dir: Path, input_path: Path, target: str, *, suffix: str = ".journal"
+) -> Path:
+    """The default journal of a job: the same input path scored for the same target (workspace,
+    service). The path as given, links not followed: a `latest.csv` link is one job however
+    many exports it has led to, each night paying only for what changed. A path through a link
+    has the journal of the file it leads to while it has none of its own (the job run under
+    the file's own name, or by a version before 2026-11-25, which followed links). `suffix`:
+    another file of the job named alike (its verdict history)."""
+    given = Path(os.path.abspath(input_path))
+    named = _job_file(cache_dir, given.stem, given, target, suffix)
+    resolved = given.resolve()
+    if resolved == given or named.exists():
+        return named
+    for stem in (resolved.stem, given.stem):
+        followed = _job_file(cache_dir, stem, resolved, target, suffix)
+        if followed.exists():
+            return followed
+    return named
+
+
+def _job_file(cache_dir: Path, stem: str, source: Path, target: str, suffix: str) -> Path:
+    job = f"{source}\x1f{target}".encode()
+    return cache_dir / f"{stem[:40]}-{hashlib.sha256(job).hexdigest()[:12]}{suffix}"
 
 
 def paid_by(journal: Path) -> tuple[str | None, bool]:
@@ -680,8 +699,17 @@ def _safe(batch_key: str) -> str:
 
 
 @contextmanager
-def job_lock(journal_file: Path) -> Iterator[None]:
-    """One run of a job at a time: a second run (a slow nightly, a double cron) stops at once."""
+def job_lock(*journal_files: Path) -> Iterator[None]:
+    """One run of a job at a time: a second run (a slow nightly, a double cron) stops at once.
+    Every journal the job may have (under several default names) is locked."""
+    with ExitStack() as locks:
+        for journal_file in sorted(set(journal_files)):
+            locks.enter_context(_lock(journal_file))
+        yield
+
+
+@contextmanager
+def _lock(journal_file: Path) -> Iterator[None]:
     lock_path = lock_file(journal_file)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("a+") as handle:
