@@ -74,6 +74,7 @@ class FaultProxy:
         if self.before_forward is not None:
             await asyncio.to_thread(self.before_forward, self.requests)
         forwarded = {k: v for k, v in headers.items() if k not in ("host", "content-length")}
+        path = path[path.find("/v1/") :] if "/v1/" in path else path  # a gateway: /any/v1/...
         answer = await upstream.request(method, path, headers=forwarded, content=body)
         if action == "drop":
             writer.transport.abort()

@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import pickle
+import sqlite3
 import threading
 import zipfile
 import zlib
@@ -592,6 +593,32 @@ def default_journals(tmp_path, service, monkeypatch, small) -> list[str]:
     monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
     monkeypatch.setenv("DECISIONS_API_KEY", service.key)
     return ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet", "--api-url", service.url]
+
+
+def test_two_services_behind_one_host_are_two_services(
+    tmp_path, service, monkeypatch, capsys, small
+):
+    # Found by QA: the journal recorded the address without the path of --api-url, so a job
+    # scored through https://gw/staging was answered from its journal through https://gw/prod:
+    # the production workspace had staging's answers, never charged.
+    from pipeline.cli import main
+
+    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+    with running_proxy(service.url, lambda key, attempt: "pass") as gateway:
+        argv = ["score", str(small), "-o", str(tmp_path / "o.csv"), "--quiet",
+                "--journal", str(tmp_path / "job.journal"), "--api-url"]  # fmt: skip
+        assert main([*argv, f"{gateway.url}/staging"]) == 0
+        paid = 10_000 - service.balance()
+        assert main([*argv, f"{gateway.url}/staging/"]) == 0  # the same service: reused
+        assert main([*argv, f"{gateway.url}/prod"]) == 2
+        err = capsys.readouterr().err
+        assert f"went to {gateway.url}/staging/, and this run would send them to" in err
+        # a journal of the version before, which recorded the host alone, goes on
+        with sqlite3.connect(tmp_path / "job.journal") as db:
+            db.execute("UPDATE meta SET value = ? WHERE name = 'service'", (f"{gateway.url}/",))
+        assert main([*argv, f"{gateway.url}/staging"]) == 0
+        assert main([*argv, f"{gateway.url}/prod"]) == 2  # and records the path from then on
+    assert 10_000 - service.balance() == paid
 
 
 def test_a_run_locks_every_default_journal_its_job_may_have(

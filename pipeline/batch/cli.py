@@ -332,11 +332,12 @@ def _claim_journal(
             )
         if remote is not None:
             journal.claim_service(
-                remote.address,
+                remote.service,
                 hint=f"Run with --api-url {journal.service()} if that is the same service; for "
                 "another service, give this job its own --journal PATH, or run with --fresh to "
-                f"score the file again and pay through {remote.address}",
+                f"score the file again and pay through {remote.service}",
                 record=record,
+                host=remote.address,
             )
 
 

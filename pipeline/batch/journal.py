@@ -259,14 +259,18 @@ class Journal:
         """The service address this job's requests went to (`claim_service`), if recorded."""
         return self._meta("service")
 
-    def claim_service(self, address: str, *, hint: str, record: bool = True) -> None:
+    def claim_service(
+        self, address: str, *, hint: str, record: bool = True, host: str | None = None
+    ) -> None:
         """Record the service address this job's requests go to (unless not `record`: a dry
         run). The address is part of every request's fingerprint and idempotency key, so
         requests sent or answered through another address (the same service as `localhost`
-        and as 127.0.0.1, or another service) would all be paid again: UsageError while the
-        journal holds any."""
+        and as 127.0.0.1, or another service) would all be paid again, and another service
+        behind the same host would be handed answers it never gave: UsageError while the
+        journal holds any. `host`: the address without its path, as a version before
+        2026-11-25 recorded it (for a service behind a path, which it took for the same)."""
         earlier = self._meta("service")
-        if earlier is not None and earlier != address and self._batches():
+        if earlier is not None and earlier not in (address, host) and self._batches():
             raise UsageError(
                 f"{self.path}: this job's requests went to {earlier}, and this run would send "
                 f"them to {address}: every one, those already paid too, would be paid again "

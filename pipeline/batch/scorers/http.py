@@ -261,8 +261,16 @@ class HttpScorer:
 
     @property
     def address(self) -> str:
-        """The service's base address, as every request of the run is fingerprinted with it."""
+        """The service's host address, as every request of the run is fingerprinted with it
+        (without the path of --api-url, as it always was: answers keep their fingerprints)."""
         return str(self.url.copy_with(path="/", query=None, fragment=None))
+
+    @property
+    def service(self) -> str:
+        """The service's base address, the path before /v1/decisions included: two services
+        behind one host (`https://gw/staging`, `https://gw/prod`) are two services."""
+        base = self.url.path.removesuffix(DECISIONS_PATH).rstrip("/") + "/"
+        return str(self.url.copy_with(path=base, query=None, fragment=None))
 
     @property
     def version(self) -> str:
@@ -305,7 +313,7 @@ class HttpScorer:
             # Nothing answers there (a wrong port, a service down): said before anything is
             # sent, and before an output of an earlier run is overwritten with failed rows.
             raise UsageError(
-                f"the service at {self.address} cannot be reached ({exc}); check --api-url "
+                f"the service at {self.service} cannot be reached ({exc}); check --api-url "
                 "(DECISIONS_API_URL) and that the service is running"
             ) from None
         status = response.status_code
@@ -313,7 +321,7 @@ class HttpScorer:
             raise UsageError(INVALID_KEY_MESSAGE)
         if status in RETRY_STATUSES:
             raise UsageError(
-                f"the service at {self.address} answered HTTP {status} {attempts} time(s) when "
+                f"the service at {self.service} answered HTTP {status} {attempts} time(s) when "
                 f"asked which workspace the key spends from ({WORKSPACE_PATH}); nothing was sent: "
                 "run the same command again once it answers"
             )
