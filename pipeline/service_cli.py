@@ -67,7 +67,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             + "\n",
             flush=True,
         )
-    app = build_app(db, settings.resolve(settings.benchmarks.table))
+    app = build_app(db, settings.resolve(settings.benchmarks.table), rate_limit=args.rate_limit)
     serve(app, host=args.host, port=args.port, one_cpu=not args.all_cpus)
     return 0
 
@@ -121,6 +121,16 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _per_second(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = float("nan")
+    if not 0 < rate < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of requests above 0")
+    return rate
+
+
 def check_can_listen(host: str, port: int) -> None:
     """UsageError (exit 2) when host:port cannot be listened on, before the server starts."""
     try:
@@ -149,6 +159,13 @@ def add_service_commands(commands: Any) -> None:
         action="store_true",
         help="run on every CPU (by default the server binds itself to the CPU it starts on: "
         "its threads hand each request to each other, which is cheaper on one core)",
+    )
+    serve.add_argument(
+        "--rate-limit",
+        type=_per_second,
+        metavar="N",
+        help="decisions requests a second each workspace may send, in bursts of up to N; "
+        "past that 429 rate_limited with Retry-After, nothing charged (default: no limit)",
     )
     _db_option(serve)
     serve.set_defaults(handler=cmd_serve)

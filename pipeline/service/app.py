@@ -22,6 +22,7 @@ from pipeline.service.openapi import (
     install_openapi,
     workspace_responses,
 )
+from pipeline.service.rate_limit import RateLimit
 
 BARE_PATH = "/_bench/bare"
 WORKSPACE_PATH = "/v1/workspace"
@@ -66,12 +67,15 @@ def create_app(
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
     bare_endpoint: bool = False,
+    rate_limit: float | None = None,
 ) -> FastAPI:
     """The service over a decision desk and an account store.
 
     `bare_endpoint` adds POST /_bench/bare, a fixed JSON answer the benchmark compares against.
+    `rate_limit`: decisions requests a second each workspace may send (None: no limit).
     """
-    handler = DecisionHandler(desk, accounts, max_body_bytes=max_body_bytes)
+    limit = RateLimit(rate_limit) if rate_limit is not None else None
+    handler = DecisionHandler(desk, accounts, max_body_bytes=max_body_bytes, rate_limit=limit)
     activity = ConnectionActivity()
     app = FastAPI(
         title="Property decisions",

@@ -3,8 +3,8 @@
 `DecisionHandler.handle` runs on the server's event loop: the checks and the key look-up (a
 SQLite read) inline, the charge awaited from the ledger's writer thread (see
 `DecisionDesk.decide_async`). The order of checks: the key first (nothing is said about a
-request whose caller is not known), then content type, size, JSON, validation, charge and
-evaluation.
+request whose caller is not known), then the workspace's request rate (when limited), content
+type, size, JSON, validation, charge and evaluation.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pipeline.errors import PipelineError
 from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey
 from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, valid_idempotency_key
 from pipeline.service.errors import ApiError, internal_error, translate
+from pipeline.service.rate_limit import RateLimit, retry_after
 
 log = logging.getLogger("pipeline.service")
 
@@ -92,11 +93,17 @@ def check_idempotency_key(value: str | None, *, repeated: bool = False) -> str |
 
 class DecisionHandler:
     def __init__(
-        self, desk: Decider, accounts: AccountStore, *, max_body_bytes: int = MAX_BODY_BYTES
+        self,
+        desk: Decider,
+        accounts: AccountStore,
+        *,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self.desk = desk
         self.accounts = accounts
         self.max_body_bytes = max_body_bytes
+        self.rate_limit = rate_limit
 
     def authenticate(self, authorization: str | None) -> Caller:
         return self.accounts.authenticate(bearer_token(authorization))
@@ -113,6 +120,8 @@ class DecisionHandler:
             caller = self.authenticate(incoming.authorization)
             if seen is not None:
                 seen["key_prefix"] = caller.key_prefix
+            if self.rate_limit is not None:
+                self._check_rate(caller.workspace)
             check_content_type(incoming.content_type)
             if incoming.body is None:
                 raise ApiError(
@@ -135,6 +144,19 @@ class DecisionHandler:
                 prefix = caller.key_prefix if caller else "-"
                 log.error("unexpected %s for key %s", type(exc).__name__, prefix)
             raise error from None
+
+    def _check_rate(self, workspace: str) -> None:
+        assert self.rate_limit is not None
+        wait = self.rate_limit.wait(workspace)
+        if wait > 0:
+            after = retry_after(wait)
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"this workspace may send {self.rate_limit.per_second:g} requests a second; "
+                f"nothing was charged: send it again in {after} s",
+                headers={"Retry-After": after},
+            )
 
     async def _decide(
         self, body: bytes, caller: Caller, idempotency_key: str | None, alone: bool

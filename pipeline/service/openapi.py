@@ -17,12 +17,15 @@ _ERRORS: dict[int, str] = {
     413: "`payload_too_large`: the body is larger than the limit.",
     415: "`unsupported_media_type`: the body is not sent as application/json.",
     422: "`validation_error` (`field`, dotted path) or `idempotency_key_reused`.",
+    429: "`rate_limited`: the workspace sent more requests a second than the server allows "
+    "(`decisions serve --rate-limit`); nothing charged, send it again after `Retry-After`.",
     500: "`internal_error`: the evaluation failed; nothing charged (a charge made is refunded).",
 }
 
 _HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
     409: {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}},
+    429: {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}},
 }
 
 
