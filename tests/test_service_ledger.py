@@ -37,6 +37,34 @@ def test_replay_charges_once(tmp_path: Path) -> None:
         assert fresh.json()["decisions_remaining"] == 8
 
 
+def test_at_zero_every_request_is_402_but_a_paid_answer_is_still_replayed(tmp_path: Path):
+    # Spec, section 8: "When it reaches zero, every request returns 402 with
+    # insufficient_decisions until the workspace is topped up."
+    with running_service(tmp_path, FakeEngine(), balance=1) as svc:
+        paid = svc.post(body(), headers={"Idempotency-Key": "last"})
+        assert paid.status_code == 200 and svc.balance() == 0
+        invalid = body(property={"type": "villa", "price": 1, "area": -1})
+        answers = {
+            "valid": svc.post(body()),
+            "invalid": svc.post(invalid),
+            "invalid, reasoning": svc.post({**invalid, "reasoning": True}),
+            "not json": svc.post(content=b"{", headers={"Content-Type": "application/json"}),
+            "not sent as json": svc.post(content=b"{}", headers={"Content-Type": "text/plain"}),
+        }
+        for what, answer in answers.items():
+            assert answer.status_code == 402, what
+            assert answer.json()["error"] == "insufficient_decisions", what
+            assert answer.json()["balance"] == 0, what
+        assert answers["invalid"].json()["required"] == 1
+        assert answers["invalid, reasoning"].json()["required"] == 3
+        replay = svc.post(body(), headers={"Idempotency-Key": "last"})
+        assert replay.status_code == 200 and replay.json() == paid.json()
+        assert svc.post(invalid, key="sk-nope").status_code == 401  # an unknown caller: 401
+        svc.ledger.topup("acme", 5)
+        assert svc.post(invalid).status_code == 422  # topped up: told what is wrong again
+        assert svc.balance() == 5
+
+
 def test_same_key_while_the_first_is_in_flight(tmp_path: Path) -> None:
     engine = SlowEngine(delay_s=1.0)
     with running_service(tmp_path, engine, balance=10) as svc:

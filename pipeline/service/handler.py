@@ -4,19 +4,22 @@
 SQLite read) inline, the charge awaited from the ledger's writer thread (see
 `DecisionDesk.decide_async`). The order of checks: the key first (nothing is said about a
 request whose caller is not known), then the workspace's request rate (when limited), content
-type, size, JSON, validation, charge and evaluation.
+type, size, JSON, validation, charge and evaluation. A workspace whose balance is zero gets
+402 for every request (spec, section 8), however else it is wrong; an answer it paid for
+earlier is still replayed under its Idempotency-Key.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipeline.decisions import Decision
-from pipeline.errors import PipelineError
+from pipeline.errors import InsufficientDecisions, PipelineError, RequestValidationError
 from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey
-from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, valid_idempotency_key
+from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, cost_of, valid_idempotency_key
 from pipeline.service.errors import ApiError, internal_error, translate
 from pipeline.service.rate_limit import RateLimit, retry_after
 
@@ -91,6 +94,15 @@ def check_idempotency_key(value: str | None, *, repeated: bool = False) -> str |
     return value
 
 
+def _cost(body: bytes | None) -> int:
+    """What a request refused before its charge would have cost, as far as its body tells."""
+    try:
+        reasoning = json.loads(body or b"").get("reasoning")
+    except (ValueError, AttributeError):
+        reasoning = None
+    return cost_of(reasoning is True)
+
+
 class DecisionHandler:
     def __init__(
         self,
@@ -136,8 +148,12 @@ class DecisionHandler:
             if seen is not None and decision.replayed:
                 seen["replayed"] = True
             return decision.body
-        except ApiError:
-            raise
+        except (ApiError, RequestValidationError) as refused:
+            if caller is not None and self.desk.balance(caller.workspace) == 0:
+                raise translate(InsufficientDecisions(_cost(incoming.body), 0)) from None
+            if isinstance(refused, ApiError):
+                raise
+            raise translate(refused) from None
         except PipelineError as exc:
             error = translate(exc)
             if error.status == 500:
