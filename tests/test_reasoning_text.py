@@ -108,3 +108,19 @@ def test_office_figures_are_said_to_be_the_commercial_ones(engine):
     reasoning = explain(engine, "Riyadh", "Al Malqa", type="office")["reasoning_en"]
     assert reasoning.count("commercial sales (no figure is published for offices)") == 1
     assert "office sales" not in reasoning
+
+
+def test_a_price_at_the_median_is_said_to_be_at_it_not_0_percent_above(engine):
+    request = {
+        "property": {"type": "apartment", "price": 900000, "area": 150},
+        "location": {"city": "Riyadh", "district": "Al Malqa"},
+        "reasoning": False,
+    }
+    median = engine.evaluate(parse_request(request))["benchmark"]["median_sqm"]
+    at_median = explain(engine, "Riyadh", "Al Malqa", price=round(median * 150))
+    assert "SAR per m2 is at the median of" in at_median["reasoning_en"]
+    assert "أي عند الوسيط البالغ" in at_median["reasoning_ar"]
+    assert " 0% " not in at_median["reasoning_en"]
+    above = explain(engine, "Riyadh", "Al Malqa", price=round(median * 150 * 1.2))
+    assert "is 20% above the median of" in above["reasoning_en"]
+    assert "أي أعلى بنسبة 20% من الوسيط البالغ" in above["reasoning_ar"]

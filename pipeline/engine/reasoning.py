@@ -7,6 +7,7 @@ docs/scoring.md) so an analyst can filter on them; key factors are sentences.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,7 +61,8 @@ class Reasoner(Protocol):
 
 
 def _sar(value: float) -> str:
-    return f"{value:,.0f}"
+    """Whole riyals, halves rounded up as the scores are (format() would give 532 for 532.5)."""
+    return f"{math.floor(value + 0.5):,}"
 
 
 def _years_ar(years: int) -> str:
@@ -76,6 +78,18 @@ def _years_ar(years: int) -> str:
 
 def _pct_diff(value: float, reference: float) -> float:
     return (value / reference - 1.0) * 100.0
+
+
+def _against(diff_pct: float, noun_en: str, noun_ar: str) -> tuple[str, str]:
+    """'12% above the median' / 'أعلى بنسبة 12% من الوسيط', and 'at the median' / 'عند
+    الوسيط' within half a percent (not '0% above')."""
+    if round(abs(diff_pct)) == 0:
+        return f"at the {noun_en}", f"عند {noun_ar}"
+    side_en, side_ar = ("below", "أقل") if diff_pct < 0 else ("above", "أعلى")
+    return (
+        f"{abs(diff_pct):.0f}% {side_en} the {noun_en}",
+        f"{side_ar} بنسبة {abs(diff_pct):.0f}% من {noun_ar}",
+    )
 
 
 def _as_written(text: str | None) -> str:
@@ -176,9 +190,7 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
             ],
         )
     median, p25, p75 = (adjusted(row, k) for k in ("median", "p25", "p75"))
-    diff = _pct_diff(ppsqm, median)
-    side_en = "below" if diff < 0 else "above"
-    side_ar = "أقل" if diff < 0 else "أعلى"
+    against_en, against_ar = _against(_pct_diff(ppsqm, median), "median", "الوسيط")
     if ppsqm <= p25:
         band_en = "at or below the 25th percentile (well priced)"
         band_ar = "عند الربيع الأدنى أو دونه (سعر جيد)"
@@ -192,14 +204,14 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     all_deeds = row["benchmark_median_sqm"]
     where_en, where_ar = _factor_where(row)
     en = (
-        f"The asking price of {_sar(ppsqm)} SAR per m2 is {abs(diff):.0f}% {side_en} the median "
+        f"The asking price of {_sar(ppsqm)} SAR per m2 is {against_en} "
         f"of {_sar(median)} SAR/m2 for {_TYPE_EN[kind]} in {_place(row)}, {band_en}. That "
         f"median is the area's median over all {count:,} deeds of {year} "
         f"({_sar(all_deeds)} SAR/m2) times {factor:.3f}, the price level of {_sales_en(kind)} "
         f"against all sales {where_en}."
     )
     ar = (
-        f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {side_ar} بنسبة {abs(diff):.0f}% من الوسيط "
+        f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {against_ar} "
         f"البالغ {_sar(median)} ريال للمتر لل{_TYPE_AR[kind][2:]} في {_place_ar(row)}، {band_ar}. "
         f"وهذا الوسيط هو وسيط جميع الصفقات في المنطقة ({count:,} صفقة في {year}، "
         f"{_sar(all_deeds)} ريال للمتر) مضروباً في {factor:.3f}، وهو مستوى أسعار "
@@ -244,9 +256,7 @@ def _market_average_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[s
     average = row.get("market_avg_sqm")
     if average is None:
         return [], []
-    diff = _pct_diff(row["price_per_sqm"], average)
-    side_en = "below" if diff < 0 else "above"
-    side_ar = "أقل" if diff < 0 else "أعلى"
+    against_en, against_ar = _against(_pct_diff(row["price_per_sqm"], average), "average", "متوسط")
     level = row.get("market_avg_level")
     where_en = {"district": _place(row), "city": _city_en(row)}.get(level, "Saudi Arabia")
     where_ar = {"district": _place_ar(row), "city": f"مدينة {_city_ar(row)}"}.get(level, "المملكة")
@@ -254,11 +264,11 @@ def _market_average_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[s
     said = row.get("benchmark_level") is not None  # by the benchmark sentence
     return (
         [
-            f"It is {abs(diff):.0f}% {side_en} the average of {_sar(average)} SAR/m2 "
+            f"It is {against_en} of {_sar(average)} SAR/m2 "
             f"for {_sales_en(kind, said=said)} in {where_en}."
         ],
         [
-            f"وهو {side_ar} بنسبة {abs(diff):.0f}% من متوسط {_sar(average)} ريال للمتر لصفقات "
+            f"وهو {against_ar} {_sar(average)} ريال للمتر لصفقات "
             f"{_sales_ar(kind, said=said)} في {where_ar}."
         ],
     )

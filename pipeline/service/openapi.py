@@ -71,7 +71,7 @@ DECISION_OPERATION: dict[str, Any] = {
             "name": "Idempotency-Key",
             "in": "header",
             "required": False,
-            "description": "Replays the first response without a new charge; kept 24 h.",
+            "description": "Replays the first response without a new charge; kept at least 24 h.",
             "schema": {"type": "string", "minLength": 1, "maxLength": 255},
         }
     ],
