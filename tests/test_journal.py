@@ -156,35 +156,36 @@ def test_only_changed_rows_are_paid_for(tmp_path):
 
 def test_a_link_is_one_job_whatever_export_it_leads_to(tmp_path, monkeypatch):
     # Found by QA: the default journal followed links, so a `latest.csv` link pointed at each
-    # night's export was a new job every night, paying every row again.
+    # night's export was a new job every night, paying every row again. The folder's path is
+    # still resolved: through a linked folder, with `..` or from inside it, the same job.
     monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # default journals there
     job = Job(tmp_path)
     listings = read_table(SAMPLE / "portfolio.csv")
-    monday, tuesday = tmp_path / "pf-monday.csv", tmp_path / "pf-tuesday.csv"
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    monday, tuesday = exports / "pf-monday.csv", exports / "pf-tuesday.csv"
     listings.write_csv(monday)
     price = pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("999000"))
     listings.with_columns(price.otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")).write_csv(
         tuesday
     )
     argv = ["-o", str(job.out), "--db", job.db, "--workspace", "acme", "--quiet"]
+    latest = exports / "latest.csv"
 
-    assert main(["score", str(monday), *argv]) == 0  # scored under its own name
+    latest.symlink_to(monday.name)
+    assert main(["score", str(latest), *argv]) == 0
     assert job.charged() == DISTINCT_VALID
-    alias = tmp_path / "alias.csv"
-    alias.symlink_to(monday)
-    assert main(["score", str(alias), *argv]) == 0  # a link to it: the same job
-    assert job.charged() == DISTINCT_VALID
-
-    latest = tmp_path / "latest.csv"
-    latest.symlink_to(tuesday)
-    assert main(["score", str(latest), *argv]) == 0  # a job of its own: paid
-    assert job.charged() == 2 * DISTINCT_VALID
     latest.unlink()
-    latest.symlink_to(monday)  # pointed to another export: only the changed row is paid
+    latest.symlink_to(tuesday.name)  # the next night's export: only the changed row is paid
     assert main(["score", str(latest), *argv]) == 0
-    assert job.charged() == 2 * DISTINCT_VALID + 1
-    assert main(["score", str(latest), *argv]) == 0
-    assert job.charged() == 2 * DISTINCT_VALID + 1
+    assert job.charged() == DISTINCT_VALID + 1
+    via = tmp_path / "via"
+    via.symlink_to(exports)
+    assert main(["score", str(via / "latest.csv"), *argv]) == 0
+    assert main(["score", str(via / ".." / "exports" / "latest.csv"), *argv]) == 0
+    monkeypatch.chdir(via)
+    assert main(["score", "latest.csv", *argv]) == 0
+    assert job.charged() == DISTINCT_VALID + 1
 
 
 def test_budget_stop_then_rerun_completes_with_the_exact_total(tmp_path):

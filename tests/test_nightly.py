@@ -52,6 +52,32 @@ def test_two_nights_dated_outputs_manifest_and_no_second_payment(tmp_path, monke
     assert json.loads(earlier[0].read_text(encoding="utf-8"))["decisions_spent"] == 360
 
 
+def test_a_latest_link_repointed_the_same_day_is_the_same_job(tmp_path, monkeypatch):
+    # Found by QA: the manifest recorded the input with its link followed, so a rerun after
+    # the export's link moved was refused as another job's night.
+    configs = _project(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    listings = (SAMPLE / "portfolio.csv").read_text(encoding="utf-8")
+    (data / "export-1.csv").write_text(listings, encoding="utf-8")
+    (data / "export-2.csv").write_text(listings.replace(",1254000,", ",1254001,"), encoding="utf-8")
+    (data / "latest.csv").symlink_to("export-1.csv")
+    (configs / "nightly.toml").write_text(
+        'input = "data/latest.csv"\noutput_dir = "out/nightly"\nformats = ["parquet"]\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = str(tmp_path / "ledger.db")
+    assert main(["nightly", "--db", db]) == 0
+    (data / "latest.csv").unlink()
+    (data / "latest.csv").symlink_to("export-2.csv")
+    assert main(["nightly", "--db", db]) == 0
+    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert 0 < manifest["decisions_spent"] < 10  # the rows whose price moved
+    assert manifest["input"] == str(data / "latest.csv")
+
+
 def test_two_jobs_sharing_an_output_folder_are_told_apart_not_overwritten(
     tmp_path, monkeypatch, capsys
 ):

@@ -615,34 +615,61 @@ def test_two_services_behind_one_host_are_two_services(
         assert f"went to {gateway.url}/staging/, and this run would send them to" in err
         # a journal of the version before, which recorded the host alone, goes on
         with sqlite3.connect(tmp_path / "job.journal") as db:
-            db.execute("UPDATE meta SET value = ? WHERE name = 'service'", (f"{gateway.url}/",))
+            db.execute("DELETE FROM meta WHERE name = 'service_address'")
+            db.execute("INSERT INTO meta VALUES ('service', ?)", (f"{gateway.url}/",))
         assert main([*argv, f"{gateway.url}/staging"]) == 0
         assert main([*argv, f"{gateway.url}/prod"]) == 2  # and records the path from then on
+        root = ["--journal", str(tmp_path / "root.journal")]  # a job at the gateway's root
+        assert main([*argv[:-1], *root, "--api-url", gateway.url]) == 0
+        paid = 10_000 - service.balance()
+        assert main([*argv[:-1], *root, "--api-url", f"{gateway.url}/staging"]) == 2
     assert 10_000 - service.balance() == paid
 
 
-def test_a_run_locks_every_default_journal_its_job_may_have(
+def test_one_run_at_a_time_of_a_workspaces_job_whatever_its_journal_is_named(
     tmp_path, service, capsys, default_journals, small
 ):
     # Found by QA: two first runs of one job, with and without --workspace naming the key's
-    # own workspace, locked two journal names, and both paid every row.
-    import fcntl
+    # own workspace, locked two journal names, and both paid every row; and (the next pass)
+    # locking every name kept another workspace's own job on the same input from running.
+    import os
+    import subprocess
+    import sys
 
-    from pipeline.batch.journal import journal_path, lock_file
     from pipeline.cli import main
 
-    without = journal_path(tmp_path / "journals", small, "remote:")
-    lock = lock_file(without)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a+") as held:  # the run without --workspace, still going
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert main([*default_journals, "--workspace", "acme"]) == 2
-        assert "another run of this job is in progress" in capsys.readouterr().err
-    assert service.balance() == 10_000
-    assert main([*default_journals, "--workspace", "acme"]) == 0
-    paid = 10_000 - service.balance()
-    assert main(default_journals) == 0  # the same job, under its other name
-    assert 10_000 - service.balance() == paid
+    service.ledger.create_workspace("beta", 1_000)
+    service.accounts.create_account("beta-agency", "beta", "agency")
+    beta_key = tmp_path / "beta.key"
+    beta_key.write_text(service.accounts.create_key("beta-agency").key, encoding="utf-8")
+    gate, sent = threading.Event(), threading.Event()
+
+    def hold_the_first_decision(request_number: int) -> None:
+        if request_number >= 2:  # after GET /v1/workspace
+            sent.set()
+            gate.wait(60)
+
+    root = Path(__file__).resolve().parents[1]
+    with running_proxy(service.url, lambda key, attempt: "pass", hold_the_first_decision) as proxy:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", *default_journals[:-1], proxy.url,
+             "--workspace", "acme", "--concurrency", "1"],
+            cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert sent.wait(60)  # acme's run, under its --workspace name, is under way
+            assert main(default_journals) == 2  # acme's job under its other name: refused
+            assert "another run of this job is in progress" in capsys.readouterr().err
+            assert main([*default_journals, "--api-key-file", str(beta_key)]) == 0  # beta's own
+        finally:
+            gate.set()
+            assert first.wait(60) == 0, first.stderr.read() if first.stderr else ""
+        paid = 10_000 - service.balance()
+        assert paid > 0 and service.ledger.workspace("beta").balance < 1_000
+        again = [*default_journals[:-1], proxy.url]
+        assert main(again) == 0  # the same job, under its other name: nothing paid again
+        assert 10_000 - service.balance() == paid
 
 
 def test_a_job_paid_by_a_workspace_is_refused_to_a_key_the_service_does_not_place(

@@ -125,6 +125,26 @@ def test_a_lone_client_waits_for_another_writer_without_holding_up_the_server(tm
     assert ledger.workspace("acme").balance == 99
 
 
+def test_a_ledger_locked_past_the_busy_timeout_is_503_with_retry_after(tmp_path):
+    ledger = SqliteLedger(tmp_path / "ledger.db", busy_timeout_ms=300)
+    ledger.create_workspace("acme", 100)
+    accounts = SqliteAccounts(tmp_path / "ledger.db")
+    accounts.create_account("acme-broker", "acme", "broker")
+    headers = {"Authorization": f"Bearer {accounts.create_key('acme-broker').key}"}
+    app = create_app(DecisionDesk(Engine.default(), ledger), accounts)
+    other_writer = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+    with BackgroundServer(app) as url:
+        other_writer.execute("BEGIN IMMEDIATE")
+        busy = httpx.post(f"{url}/v1/decisions", json=VALID, headers=headers)
+        other_writer.execute("COMMIT")
+        after = httpx.post(f"{url}/v1/decisions", json=VALID, headers=headers)
+
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "5"
+    assert busy.json()["error"] == "ledger_busy"  # was a 500 "evaluation failed"
+    assert "locked by another process for 0.3 s" in busy.json()["message"]
+    assert after.status_code == 200 and ledger.workspace("acme").balance == 99
+
+
 def test_the_server_binds_itself_to_one_cpu_unless_told_not_to():
     code = (
         "import json, os; from pipeline.service.server import tune_process; "

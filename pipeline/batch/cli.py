@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib import metadata
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.batch.columns import load_column_config
+from pipeline.batch.journal import job_input
 from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import BatchOptions, BatchOutcome, Plan, run_batch
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
@@ -236,7 +237,7 @@ def _remote_journals(
 ) -> list[Path]:
     """The default journals a remote job may have, its own name first: one per input and
     --workspace, and those of the same input without --workspace and under the key's own
-    workspace (all locked by a run, so that two first runs under two names cannot both pay)."""
+    workspace."""
     from pipeline.batch.journal import journal_path
 
     names = (workspace or "", "", owner or "")
@@ -246,11 +247,14 @@ def _remote_journals(
 def _remote_journal(candidates: list[Path], workspace: str | None, owner: str | None) -> Path:
     """The default journal of a remote job: one per input and --workspace. A job without a
     journal of that name yet may have one under the other name (run with --workspace naming
-    the key's own workspace, or without): the same workspace paid it, so it is the same job."""
+    the key's own workspace, or without): the same workspace paid it, so it is the same job.
+    So may a run without --workspace whose name another workspace's job has taken (run without
+    --workspace too): this run's key is not that job's, and its own job is looked for."""
     from pipeline.batch.journal import paid_by
 
     named, *others = candidates
-    if paid_by(named)[0] is not None:  # the job's (an empty one, left by a refused run, is not)
+    payer = paid_by(named)[0]  # an empty journal, left by a refused run, has none
+    if payer is not None and (workspace is not None or owner is None or payer == owner):
         return named
     for other in others:
         payer, confirmed = paid_by(other)
@@ -310,10 +314,10 @@ def _claim_journal(
     if args.fresh and paid is not None and paid != payer:
         # Another workspace's job (or another ledger's): --fresh would forget what it paid for
         # (its next run paying it all again), and hand the job to this one.
+        way_on = "another --journal PATH" if args.journal else "--workspace NAME or --journal PATH"
         raise UsageError(
             f"{journal.path}: this job's answers were paid by workspace {paid!r}; --fresh "
-            "would forget them for it: give this workspace its own job with --workspace NAME "
-            "or --journal PATH"
+            f"would forget them for it: give this run its own job with {way_on}"
         )
     if args.fresh and not args.dry_run:
         journal.reset()
@@ -385,12 +389,18 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         owner = f"{workspace} in {scorer.ledger.path.resolve()}"
     journal_dir = settings.resolve(settings.batch.journal_dir)
     path = args.journal or journal_path(journal_dir, args.input, target)
+    candidates: list[Path] = []
     locked = [path]
     if remote is not None and args.journal is None and not path.exists():
         # One default journal per input and --workspace, whatever the service's address is
         # spelled: another address finds the job's journal and is refused, not paid twice. A
         # journal of an earlier version, named after the address, is kept while it is used.
-        locked = _remote_journals(journal_dir, args.input, args.workspace, owner)
+        candidates = _remote_journals(journal_dir, args.input, args.workspace, owner)
+        # One run at a time of a workspace's job on this input, whichever name its journal
+        # has (two first runs, with and without --workspace, would both pay); other
+        # workspaces' jobs on the same input run on.
+        payer = owner or args.workspace or ""
+        locked = [candidates[0], journal_path(journal_dir, args.input, f"remote-payer:{payer}")]
     # The verdict history outlives a change of benchmarks (which starts a new journal: its
     # answers were made with the old ones), to list the verdicts the new benchmarks flip.
     history = None
@@ -398,9 +408,11 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         versionless = target.replace(scorer.version, scorer.name, 1)
         history = journal_path(journal_dir, args.input, versionless, suffix=".verdicts.parquet")
     progress = ProgressReporter(quiet=args.quiet or args.json)
-    with job_lock(*locked), remote or nullcontext():
-        if locked != [path]:  # chosen once no other run can claim one of them
-            path = _remote_journal(locked, args.workspace, owner)
+    with job_lock(*locked), remote or nullcontext(), ExitStack() as also_locked:
+        if candidates:  # chosen once no other run of the workspace can claim one of them
+            path = _remote_journal(candidates, args.workspace, owner)
+            if path not in locked:
+                also_locked.enter_context(job_lock(path))
         journal = Journal(path, verdicts=history)
         _claim_journal(journal, args, remote, owner)
         outcome = run_batch(
@@ -458,7 +470,7 @@ def summary_json(outcome: BatchOutcome, scorer_version: str | None = None) -> di
         "version": package_version(),
         "scorer": scorer_version,
         "started_at": s.started_at.isoformat(timespec="seconds"),
-        "input": str(Path(s.input_path).resolve()),  # a monitor compares it from anywhere
+        "input": str(job_input(Path(s.input_path))),  # a monitor compares it from anywhere
         "input_sha256": s.input_fingerprint,
         "outputs": [str(p) for p in outcome.outputs],
         "rows": s.rows_total,
@@ -488,7 +500,7 @@ def failure_manifest(
         "version": package_version(),
         "scorer": None,
         "started_at": started.isoformat(timespec="seconds"),
-        "input": str(source.resolve()),
+        "input": str(job_input(source)),
         "input_sha256": None,
         "outputs": [],
         "rows": None,

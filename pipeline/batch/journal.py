@@ -81,27 +81,19 @@ COMPACT_AFTER_BATCHES = 150
 def journal_path(
     cache_dir: Path, input_path: Path, target: str, *, suffix: str = ".journal"
 ) -> Path:
-    """The default journal of a job: the same input path scored for the same target (workspace,
-    service). The path as given, links not followed: a `latest.csv` link is one job however
-    many exports it has led to, each night paying only for what changed. A path through a link
-    has the journal of the file it leads to while it has none of its own (the job run under
-    the file's own name, or by a version before 2026-11-25, which followed links). `suffix`:
-    another file of the job named alike (its verdict history)."""
-    given = Path(os.path.abspath(input_path))
-    named = _job_file(cache_dir, given.stem, given, target, suffix)
-    resolved = given.resolve()
-    if resolved == given or named.exists():
-        return named
-    for stem in (resolved.stem, given.stem):
-        followed = _job_file(cache_dir, stem, resolved, target, suffix)
-        if followed.exists():
-            return followed
-    return named
+    """The default journal of a job: the same input scored for the same target (workspace,
+    service), the input named by `job_input`. `suffix`: another file of the job named alike
+    (its verdict history, a lock)."""
+    job = f"{job_input(input_path)}\x1f{target}".encode()
+    return cache_dir / f"{input_path.stem[:40]}-{hashlib.sha256(job).hexdigest()[:12]}{suffix}"
 
 
-def _job_file(cache_dir: Path, stem: str, source: Path, target: str, suffix: str) -> Path:
-    job = f"{source}\x1f{target}".encode()
-    return cache_dir / f"{stem[:40]}-{hashlib.sha256(job).hexdigest()[:12]}{suffix}"
+def job_input(input_path: Path) -> Path:
+    """The input of a job: the file's name in its folder, the folder's path resolved (however
+    it is reached: relative, through linked folders, with `..`) but the name itself not
+    followed if it is a link: a `latest.csv` link is one job whatever export it points to,
+    each night paying only for what changed. (A file that is no link: its resolved path.)"""
+    return input_path.parent.resolve() / input_path.name
 
 
 def paid_by(journal: Path) -> tuple[str | None, bool]:
@@ -257,7 +249,7 @@ class Journal:
 
     def service(self) -> str | None:
         """The service address this job's requests went to (`claim_service`), if recorded."""
-        return self._meta("service")
+        return self._meta("service_address") or self._meta("service")
 
     def claim_service(
         self, address: str, *, hint: str, record: bool = True, host: str | None = None
@@ -267,17 +259,20 @@ class Journal:
         requests sent or answered through another address (the same service as `localhost`
         and as 127.0.0.1, or another service) would all be paid again, and another service
         behind the same host would be handed answers it never gave: UsageError while the
-        journal holds any. `host`: the address without its path, as a version before
-        2026-11-25 recorded it (for a service behind a path, which it took for the same)."""
-        earlier = self._meta("service")
-        if earlier is not None and earlier not in (address, host) and self._batches():
+        journal holds any. `host`: the address without its path, as versions before
+        2026-11-25 recorded it (under another name): such a record is taken for any path on
+        that host, and replaced by the whole address."""
+        exact = self._meta("service_address")
+        earlier = exact or self._meta("service")
+        allowed = (address,) if exact is not None else (address, host)
+        if earlier is not None and earlier not in allowed and self._batches():
             raise UsageError(
                 f"{self.path}: this job's requests went to {earlier}, and this run would send "
                 f"them to {address}: every one, those already paid too, would be paid again "
                 f"(the address is part of each request's idempotency key). {hint}"
             )
-        if record and earlier != address:
-            self._set_meta("service", address)
+        if record and exact != address:
+            self._set_meta("service_address", address)
 
     def start_run(self, input_fingerprint: str) -> None:
         self._set_meta("open_run", input_fingerprint)

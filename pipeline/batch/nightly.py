@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pipeline.batch.journal import job_input
 from pipeline.errors import UsageError
 
 
@@ -96,7 +97,7 @@ def make_room(config: NightlyConfig, root: Path, day: date, workspace: str | Non
         earlier = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    same_input = Path(str(earlier.get("input", ""))).resolve() == source.resolve()
+    same_input = job_input(Path(str(earlier.get("input", "")))) == job_input(source)
     paid_by = earlier.get("workspace") or workspace
     failed_early = "error" in earlier and not earlier.get("outputs")  # a typo since fixed, say
     if not failed_early and (not same_input or (workspace is not None and paid_by != workspace)):

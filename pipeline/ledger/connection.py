@@ -14,9 +14,12 @@ BUSY_TIMEOUT_MS = 60_000  # how long a write waits for another connection's tran
 class ThreadConnections:
     """A connection per thread to one database file (sqlite3 objects must stay in their thread)."""
 
-    def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
+    def __init__(
+        self, path: Path, *, synchronous: str = "FULL", busy_timeout_ms: int = BUSY_TIMEOUT_MS
+    ) -> None:
         self.path = path
         self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -25,7 +28,7 @@ class ThreadConnections:
         if db is None:
             try:
                 db = sqlite3.connect(
-                    self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+                    self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None
                 )
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute(f"PRAGMA synchronous={self.synchronous}")

@@ -66,10 +66,16 @@ CREATE TABLE IF NOT EXISTS idempotency (
 
 
 class SqliteLedger:
-    def __init__(self, path: Path | str, *, stale_in_flight_s: float = STALE_IN_FLIGHT_S) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        stale_in_flight_s: float = STALE_IN_FLIGHT_S,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    ) -> None:
         self.path = Path(path)
         self.stale_in_flight_s = stale_in_flight_s
-        self._connections = ThreadConnections(self.path)
+        self._connections = ThreadConnections(self.path, busy_timeout_ms=busy_timeout_ms)
         self._connection().executescript(_SCHEMA)
 
     # -- connections -------------------------------------------------------------------------
@@ -79,13 +85,13 @@ class SqliteLedger:
 
     @contextmanager
     def _transaction(self, *, wait: bool = True) -> Iterator[sqlite3.Connection]:
-        """A write transaction. `wait=False`: LedgerBusy at once, nothing done, if another
-        connection holds the write lock (instead of waiting for it, up to a minute)."""
+        """A write transaction: LedgerBusy, nothing done, if another connection holds the write
+        lock past the busy timeout (a minute), or at once with `wait=False`."""
         db = self._connection()
         if wait:
-            db.execute("BEGIN IMMEDIATE")
+            _begin(db, waited_s=self._connections.busy_timeout_ms / 1000)
         else:
-            _begin_now(db)
+            _begin_now(db, self._connections.busy_timeout_ms)
         try:
             yield db
         except BaseException:
@@ -354,14 +360,22 @@ def open_ledger(
     return ledger
 
 
-def _begin_now(db: sqlite3.Connection) -> None:
-    """BEGIN IMMEDIATE without waiting for the write lock: LedgerBusy if it is taken."""
-    db.execute("PRAGMA busy_timeout = 0")
+def _begin(db: sqlite3.Connection, *, waited_s: float) -> None:
+    """BEGIN IMMEDIATE: LedgerBusy if the write lock stays taken for `waited_s`."""
     try:
         db.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:
         if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
             raise
-        raise LedgerBusy("another connection is writing to the ledger") from exc
+        raise LedgerBusy(
+            f"the ledger stayed locked by another process for {waited_s:g} s; try again"
+        ) from exc
+
+
+def _begin_now(db: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    """BEGIN IMMEDIATE without waiting for the write lock: LedgerBusy if it is taken."""
+    db.execute("PRAGMA busy_timeout = 0")
+    try:
+        _begin(db, waited_s=0)
     finally:
-        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        db.execute(f"PRAGMA busy_timeout = {busy_timeout_ms:d}")

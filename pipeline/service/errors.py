@@ -7,6 +7,7 @@
     InsufficientDecisions         402     insufficient_decisions (+ required, balance)
     IdempotencyKeyReused          422     idempotency_key_reused
     RequestInProgress             409     request_in_progress (+ Retry-After)
+    LedgerBusy                    503     ledger_busy (+ Retry-After): locked by another process
     anything else                 500     internal_error (no detail, no traceback)
 
 Errors found by the HTTP layer itself (400 invalid_idempotency_key,
@@ -24,6 +25,7 @@ from pipeline.errors import (
     IdempotencyKeyReused,
     InsufficientDecisions,
     InvalidJson,
+    LedgerBusy,
     PipelineError,
     RequestInProgress,
     RequestValidationError,
@@ -64,11 +66,13 @@ _STATUS: tuple[tuple[type[PipelineError], int], ...] = (
     (InsufficientDecisions, 402),
     (IdempotencyKeyReused, 422),
     (RequestInProgress, 409),
+    (LedgerBusy, 503),
 )
 
 _HEADERS: dict[type[PipelineError], dict[str, str]] = {
     InvalidApiKey: {"WWW-Authenticate": "Bearer"},
     RequestInProgress: {"Retry-After": "1"},
+    LedgerBusy: {"Retry-After": "5"},
 }
 
 

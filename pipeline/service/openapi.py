@@ -20,12 +20,15 @@ _ERRORS: dict[int, str] = {
     429: "`rate_limited`: the workspace sent more requests a second than the server allows "
     "(`decisions serve --rate-limit`); nothing charged, send it again after `Retry-After`.",
     500: "`internal_error`: the evaluation failed; nothing charged (a charge made is refunded).",
+    503: "`ledger_busy`: the ledger stayed locked by another process (a backup, a long batch) "
+    "for a minute; send it again after `Retry-After` (with its Idempotency-Key).",
 }
 
 _HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
     409: {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}},
     429: {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}},
+    503: {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}},
 }
 
 
