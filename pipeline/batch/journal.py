@@ -717,9 +717,9 @@ def _lock(journal_file: Path) -> Iterator[None]:
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
+            where = f"; its journal is {journal_file}" if journal_file.exists() else ""
             raise UsageError(
-                f"another run of this job is in progress ({holder}); its journal is "
-                f"{journal_file}. Wait for it to finish."
+                f"another run of this job is in progress ({holder}){where}. Wait for it to finish."
             ) from None
         handle.seek(0)
         handle.truncate()
