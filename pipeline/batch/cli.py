@@ -397,10 +397,10 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         # journal of an earlier version, named after the address, is kept while it is used.
         candidates = _remote_journals(journal_dir, args.input, args.workspace, owner)
         # One run at a time of a workspace's job on this input, whichever name its journal
-        # has (two first runs, with and without --workspace, would both pay); other
-        # workspaces' jobs on the same input run on.
+        # has (two first runs, with and without --workspace, would both pay), then of the
+        # journal chosen; other workspaces' jobs on the same input run on.
         payer = owner or args.workspace or ""
-        locked = [candidates[0], journal_path(journal_dir, args.input, f"remote-payer:{payer}")]
+        locked = [journal_path(journal_dir, args.input, f"remote-payer:{payer}")]
     # The verdict history outlives a change of benchmarks (which starts a new journal: its
     # answers were made with the old ones), to list the verdicts the new benchmarks flip.
     history = None
@@ -411,8 +411,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     with job_lock(*locked), remote or nullcontext(), ExitStack() as also_locked:
         if candidates:  # chosen once no other run of the workspace can claim one of them
             path = _remote_journal(candidates, args.workspace, owner)
-            if path not in locked:
-                also_locked.enter_context(job_lock(path))
+            also_locked.enter_context(job_lock(path))
         journal = Journal(path, verdicts=history)
         _claim_journal(journal, args, remote, owner)
         outcome = run_batch(
