@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -58,13 +59,19 @@ class RecordingLedger(SqliteLedger):
         return super().charge_each(charges, wait=wait)
 
 
-def test_a_lone_client_is_charged_on_the_loop_and_concurrent_clients_by_the_writer(tmp_path):
-    ledger = RecordingLedger(tmp_path / "ledger.db")
+def _served(ledger: SqliteLedger) -> tuple[Any, dict[str, str]]:
+    """The app over `ledger`, whose workspace acme has 100 decisions, and a broker key's
+    headers."""
     ledger.create_workspace("acme", 100)
-    accounts = SqliteAccounts(tmp_path / "ledger.db")
+    accounts = SqliteAccounts(ledger.path)
     accounts.create_account("acme-broker", "acme", "broker")
     headers = {"Authorization": f"Bearer {accounts.create_key('acme-broker').key}"}
-    app = create_app(DecisionDesk(Engine.default(), ledger), accounts)
+    return create_app(DecisionDesk(Engine.default(), ledger), accounts), headers
+
+
+def test_a_lone_client_is_charged_on_the_loop_and_concurrent_clients_by_the_writer(tmp_path):
+    ledger = RecordingLedger(tmp_path / "ledger.db")
+    app, headers = _served(ledger)
     with BackgroundServer(app) as url, httpx.Client() as one:
 
         def post(client: httpx.Client, extra: dict[str, str] | None = None) -> httpx.Response:
@@ -101,11 +108,7 @@ def test_a_lone_client_waits_for_another_writer_without_holding_up_the_server(tm
     # its write lock: a lone client's charge waits for it on the writer thread, not on the
     # event loop, so every other client is still answered meanwhile.
     ledger = RecordingLedger(tmp_path / "ledger.db")
-    ledger.create_workspace("acme", 100)
-    accounts = SqliteAccounts(tmp_path / "ledger.db")
-    accounts.create_account("acme-broker", "acme", "broker")
-    headers = {"Authorization": f"Bearer {accounts.create_key('acme-broker').key}"}
-    app = create_app(DecisionDesk(Engine.default(), ledger), accounts)
+    app, headers = _served(ledger)
     other_writer = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
     with BackgroundServer(app) as url, ThreadPoolExecutor(1) as aside:
         other_writer.execute("BEGIN IMMEDIATE")
@@ -127,11 +130,7 @@ def test_a_lone_client_waits_for_another_writer_without_holding_up_the_server(tm
 
 def test_a_ledger_locked_past_the_busy_timeout_is_503_with_retry_after(tmp_path):
     ledger = SqliteLedger(tmp_path / "ledger.db", busy_timeout_ms=300)
-    ledger.create_workspace("acme", 100)
-    accounts = SqliteAccounts(tmp_path / "ledger.db")
-    accounts.create_account("acme-broker", "acme", "broker")
-    headers = {"Authorization": f"Bearer {accounts.create_key('acme-broker').key}"}
-    app = create_app(DecisionDesk(Engine.default(), ledger), accounts)
+    app, headers = _served(ledger)
     other_writer = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
     with BackgroundServer(app) as url:
         other_writer.execute("BEGIN IMMEDIATE")
