@@ -149,7 +149,7 @@ class DecisionHandler:
                 seen["replayed"] = True
             return decision.body
         except (ApiError, RequestValidationError) as refused:
-            if caller is not None and self.desk.balance(caller.workspace) == 0:
+            if caller is not None and self._spent(caller.workspace):
                 raise translate(InsufficientDecisions(_cost(incoming.body), 0)) from None
             if isinstance(refused, ApiError):
                 raise
@@ -160,6 +160,13 @@ class DecisionHandler:
                 prefix = caller.key_prefix if caller else "-"
                 log.error("unexpected %s for key %s", type(exc).__name__, prefix)
             raise error from None
+
+    def _spent(self, workspace: str) -> bool:
+        """Whether the workspace's balance is zero (a workspace that cannot be read: no)."""
+        try:
+            return self.desk.balance(workspace) == 0
+        except PipelineError:
+            return False
 
     def _check_rate(self, workspace: str) -> None:
         assert self.rate_limit is not None
