@@ -83,6 +83,32 @@ def test_retryable_statuses_are_retried_with_the_same_key(status):
     assert len(seen) == 3 and len(set(seen)) == 1
 
 
+def test_a_service_pacing_its_clients_is_waited_for_past_the_bound_on_attempts():
+    # Found by QA: at --rate-limit 5 and --concurrency 16, the workers raced for each second's
+    # five requests, and rows refused 429 eight times ended failed. A 429 is the service
+    # pacing, not a failure: such attempts have their own, longer bound.
+    refused: dict[str | None, int] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        key = request.headers.get("idempotency-key")
+        refused[key] = refused.get(key, 0) + 1
+        if refused[key] <= 20:  # five times the bound of 4 attempts
+            return httpx.Response(429, json={"error": "rate_limited"}, headers={"Retry-After": "1"})
+        return httpx.Response(200, json=DECISION)
+
+    result = run(scorer_with(handler), n=3)
+    assert result["status"].to_list() == ["scored"] * 3
+    assert set(refused.values()) == {21}
+
+    def pacing_forever(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, json={"error": "rate_limited"}, headers={"Retry-After": "1"})
+
+    bounded = scorer_with(pacing_forever, retry=RetryPolicy(attempts=4, throttled_attempts=30))
+    result = run(bounded)
+    assert result["status"].to_list() == ["failed"]
+    assert result["error_code"].to_list() == ["rate_limited"]
+
+
 def test_connection_errors_are_retried_then_stop_the_run_after_the_bound():
     calls = 0
 

@@ -64,6 +64,15 @@ def test_past_the_limit_a_request_is_refused_with_retry_after_and_not_charged(tm
     assert service.balance() == 100 - 3
 
 
+def test_at_zero_balance_a_replay_past_the_limit_is_told_to_wait_not_402(tmp_path):
+    with running_service(tmp_path, Engine.default(), balance=1, rate_limit=2) as service:
+        again = {"Idempotency-Key": "last-one"}
+        answers = [service.post(VALID, headers=again) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]  # paid, replayed, paced
+    assert answers[1].headers["idempotent-replayed"] == "true"
+    assert answers[2].json()["error"] == "rate_limited"
+
+
 def test_serve_refuses_a_rate_that_is_not_a_positive_number(capsys):
     for rate in ("0", "-1", "fast", "nan"):
         with pytest.raises(SystemExit) as stopped:
@@ -98,7 +107,7 @@ def test_a_batch_run_through_a_rate_limited_service_slows_down_and_pays_each_row
     )
     server = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "serve", "--port", str(port), "--db", str(db),
-         "--rate-limit", "20"],
+         "--rate-limit", "10"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -112,7 +121,7 @@ def test_a_batch_run_through_a_rate_limited_service_slows_down_and_pays_each_row
                 time.sleep(0.05)
         out = tmp_path / "scored.parquet"
         code = main(["score", str(source), "-o", str(out), "--api-url", url,
-                     "--api-key-file", str(key_file), "--concurrency", "8",
+                     "--api-key-file", str(key_file), "--concurrency", "16",
                      "--journal", str(tmp_path / "job.journal"), "--json"])  # fmt: skip
         summary = json.loads(capsys.readouterr().out)
     finally:

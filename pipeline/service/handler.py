@@ -149,7 +149,8 @@ class DecisionHandler:
                 seen["replayed"] = True
             return decision.body
         except (ApiError, RequestValidationError) as refused:
-            if caller is not None and self._spent(caller.workspace):
+            paced = isinstance(refused, ApiError) and refused.status == 429  # told when to return
+            if caller is not None and not paced and self._spent(caller.workspace):
                 raise translate(InsufficientDecisions(_cost(incoming.body), 0)) from None
             if isinstance(refused, ApiError):
                 raise
