@@ -188,6 +188,36 @@ def test_a_link_is_one_job_whatever_export_it_leads_to(tmp_path, monkeypatch):
     assert job.charged() == DISTINCT_VALID + 1
 
 
+def test_a_links_journal_named_by_an_earlier_version_is_taken_over_not_paid_again(
+    tmp_path, monkeypatch, capsys
+):
+    # Found by QA: versions before 2026-11-25 named a link's job after the file it led to;
+    # the first run of this one paid every row again.
+    from pipeline.batch.journal import _job_file, journal_path, results_folder
+
+    settings = _settings(tmp_path)
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    job = Job(tmp_path)
+    export = tmp_path / "export-1123.csv"
+    export.write_bytes((SAMPLE / "portfolio.csv").read_bytes())
+    latest = tmp_path / "latest.csv"
+    latest.symlink_to(export.name)
+    argv = ["score", str(latest), "-o", str(job.out), "--db", job.db, "--workspace", "acme"]
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0
+    scorer = json.loads(capsys.readouterr().out)["scorer"]
+    journals = settings.parent.parent / ".cache" / "journals"
+    target = f"{scorer}:{Path(job.db).resolve()}:acme"
+    named = journal_path(journals, latest, target)
+    earlier = _job_file(journals, latest, export.resolve(), target, ".journal")
+    named.rename(earlier)  # as the earlier version left it
+    results_folder(named).rename(results_folder(earlier))
+
+    assert main([*argv, "--quiet"]) == 0
+    assert job.charged() == DISTINCT_VALID  # not paid again
+    assert named.exists() and results_folder(named).is_dir() and not earlier.exists()
+
+
 def test_budget_stop_then_rerun_completes_with_the_exact_total(tmp_path):
     job = Job(tmp_path)
     assert job.score(SAMPLE / "portfolio.csv", "--budget", "100") == 3

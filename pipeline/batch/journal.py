@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager, suppress
 from pathlib import Path
 
 import polars as pl
@@ -83,9 +83,40 @@ def journal_path(
 ) -> Path:
     """The default journal of a job: the same input scored for the same target (workspace,
     service), the input named by `job_input`. `suffix`: another file of the job named alike
-    (its verdict history, a lock)."""
-    job = f"{job_input(input_path)}\x1f{target}".encode()
-    return cache_dir / f"{input_path.stem[:40]}-{hashlib.sha256(job).hexdigest()[:12]}{suffix}"
+    (its verdict history, a lock).
+
+    Versions before 2026-11-25 named a link's job after the file it led to: such a journal,
+    for the file the link leads to now, is moved to the job's name on first use (else the
+    link's job would pay every row once more)."""
+    named = _job_file(cache_dir, input_path, job_input(input_path), target, suffix)
+    if not named.exists():
+        followed = _job_file(cache_dir, input_path, input_path.resolve(), target, suffix)
+        if followed != named and followed.exists():
+            _adopt(followed, named)
+    return named
+
+
+def _job_file(cache_dir: Path, given: Path, source: Path, target: str, suffix: str) -> Path:
+    job = f"{source}\x1f{target}".encode()
+    return cache_dir / f"{given.stem[:40]}-{hashlib.sha256(job).hexdigest()[:12]}{suffix}"
+
+
+def _adopt(earlier: Path, named: Path) -> None:
+    """Move a job's files from the name an earlier version gave them: a journal's folders and
+    SQLite companions first, the journal itself last (once it is there, the move is done; a
+    move cut short is finished by the next run)."""
+    moves = []
+    if earlier.suffix == ".journal":
+        moves += [(results_folder(earlier), results_folder(named))]
+        moves += [(_legacy_folder(earlier), _legacy_folder(named))]
+        moves += [
+            (earlier.with_name(earlier.name + tail), named.with_name(named.name + tail))
+            for tail in ("-wal", "-shm", "-journal")
+        ]
+    for source, target in [*moves, (earlier, named)]:
+        if source.exists() and not target.exists():
+            with suppress(FileNotFoundError):  # another run has just moved it
+                source.rename(target)
 
 
 def job_input(input_path: Path) -> Path:
