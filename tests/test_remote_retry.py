@@ -100,13 +100,40 @@ def test_a_service_pacing_its_clients_is_waited_for_past_the_bound_on_attempts()
     assert result["status"].to_list() == ["scored"] * 3
     assert set(refused.values()) == {21}
 
+    paced = 0
+
     def pacing_forever(request: httpx.Request) -> httpx.Response:
+        nonlocal paced
+        paced += 1
         return httpx.Response(429, json={"error": "rate_limited"}, headers={"Retry-After": "1"})
 
-    bounded = scorer_with(pacing_forever, retry=RetryPolicy(attempts=4, throttled_attempts=30))
-    result = run(bounded)
-    assert result["status"].to_list() == ["failed"]
-    assert result["error_code"].to_list() == ["rate_limited"]
+    # Paced past its own bound, the run stops (each row would wait as long, for hours)
+    bounded = scorer_with(
+        pacing_forever, retry=RetryPolicy(attempts=4, throttled_attempts=30), concurrency=1
+    )
+    result = run(bounded, n=20)
+    assert paced == 30
+    assert result["status"].to_list() == ["failed"] * 20
+    assert result["error_code"].unique().to_list() == ["rate_limited"]
+    assert "kept answering HTTP 429" in result["error_message"][0]
+
+
+@pytest.mark.parametrize(("first", "paid_now"), [(429, 0), (503, 1)])
+def test_a_replay_after_a_429_was_paid_by_an_earlier_run_after_a_503_by_this_one(first, paid_now):
+    # Found by QA: a replay answering a request first refused 429 (never charged) counted as
+    # this run's spending and against its --budget; the ledger said an earlier run paid it.
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return httpx.Response(first, json={"error": "x"}, headers={"Retry-After": "1"})
+        return httpx.Response(200, json=DECISION, headers={"Idempotent-Replayed": "true"})
+
+    result = run(scorer_with(handler))
+    assert result["status"].to_list() == ["scored"]
+    assert result["decisions_used"].to_list() == [paid_now]
 
 
 def test_connection_errors_are_retried_then_stop_the_run_after_the_bound():

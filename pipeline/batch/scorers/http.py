@@ -58,6 +58,7 @@ from pipeline.batch.scorers.retry import (
     Pause,
     RetriesExhausted,
     RetryPolicy,
+    Sent,
     send_with_retry,
 )
 from pipeline.batch.scorers.sending import Answer, Sender, build_sender
@@ -308,7 +309,7 @@ class HttpScorer:
             return await client.get(url, headers=headers)
 
         try:
-            response, attempts = await send_with_retry(ask, self.config.retry, self._pause)
+            response, attempts, _ = await send_with_retry(ask, self.config.retry, self._pause)
         except RetriesExhausted as exc:
             # Nothing answers there (a wrong port, a service down): said before anything is
             # sent, and before an output of an earlier run is overwritten with failed rows.
@@ -484,7 +485,7 @@ class HttpScorer:
             return await sender(content, key)
 
         try:
-            response, attempts = await send_with_retry(
+            sent = await send_with_retry(
                 send, self.config.retry, self._pause, stopped=self._stopped
             )
         except RetriesExhausted as exc:
@@ -499,11 +500,10 @@ class HttpScorer:
                 "the retry safe",
             )
             return self._halt(stop, fatal=True)
-        return self._answer(row, response, attempts)
+        return self._answer(row, sent)
 
-    def _answer(
-        self, row: dict[str, Any], response: Answer, attempts: int
-    ) -> dict[str, Any] | _Stop:
+    def _answer(self, row: dict[str, Any], sent: Sent) -> dict[str, Any] | _Stop:
+        response, attempts = sent.response, sent.attempts
         request_id, status = row["request_id"], response.status_code
         body = _json(response)
         code = str(body.get("error") or f"http_{status}")
@@ -520,8 +520,10 @@ class HttpScorer:
                     "command again: the same idempotency key replays it without a new charge",
                 )
             if response.headers.get("idempotent-replayed") == "true":
-                if attempts == 1 and response.sends == 1:
-                    scored[_REPLAYED] = True  # paid for by an earlier run: spends nothing now
+                # Paid for by an earlier run, and spends nothing now, unless an attempt of this
+                # run may have been charged (a 429 never was: it was refused, not lost).
+                if attempts - sent.paced == 1 and response.sends == 1:
+                    scored[_REPLAYED] = True
             else:
                 self._saw_balance(body.get("decisions_remaining"))
             return scored
@@ -553,10 +555,19 @@ class HttpScorer:
                 "keys make the retry safe",
             )
             return self._halt(stop, fatal=True)
-        if status in RETRY_STATUSES:
-            code = {429: "rate_limited", 409: "request_in_progress"}.get(
-                status, "service_unavailable"
+        if status == 429:
+            # Paced past the bound of its own (minutes): every row left would wait as long, one
+            # wave of workers at a time (hours). The run stops, as for a service down.
+            stop = _Stop(
+                "failed",
+                "rate_limited",
+                f"the service at {self.url} kept answering HTTP 429 (rate limited) "
+                f"{attempts} time(s), so the run stopped; run the same command again later: "
+                "the same idempotency keys make the retry safe",
             )
+            return self._halt(stop, fatal=True)
+        if status in RETRY_STATUSES:
+            code = {409: "request_in_progress"}.get(status, "service_unavailable")
             message = (
                 f"the service answered HTTP {status} {attempts} time(s); run the same command "
                 "again later: the same idempotency key makes the retry safe"

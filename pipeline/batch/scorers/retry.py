@@ -31,6 +31,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from typing import NamedTuple
 
 import httpx
 from tenacity import (
@@ -77,7 +78,7 @@ class RetryPolicy:
     max_retry_after_s: float = 300.0  # a longer Retry-After is cut to this
     # A request refused 429 (rate limited) is retried this long, or this many times (with a
     # Retry-After of a second or more, the time bound comes first; tests sleep not at all).
-    throttled_s: float = 1800.0
+    throttled_s: float = 600.0
     throttled_attempts: int = 1000
 
 
@@ -124,6 +125,15 @@ class RetryableStatus(Exception):
         self.response = response
 
 
+class Sent(NamedTuple):
+    """The final response of a request, and how many attempts it took: in all, and refused
+    429 (never charged: the service said when to come back instead)."""
+
+    response: Answer
+    attempts: int
+    paced: int = 0
+
+
 class RetriesExhausted(Exception):
     """Every attempt ended in a transport error; `cause` names the last one (never a header)."""
 
@@ -142,8 +152,8 @@ async def send_with_retry(
     pause: Pause,
     *,
     stopped: asyncio.Event | None = None,
-) -> tuple[Answer, int]:
-    """The final response and the number of attempts made.
+) -> Sent:
+    """The final response and the attempts made.
 
     A retryable response that is still the answer when attempts or time run out is returned as
     it is (the caller turns it into a failed row); a transport error then raises
@@ -156,7 +166,7 @@ async def send_with_retry(
         first: BaseException = exc
     else:
         if response.status_code not in RETRY_STATUSES:
-            return response, 1
+            return Sent(response, 1)
         first = RetryableStatus(response)
     return await _retry(send, policy, pause, first, stopped)
 
@@ -167,7 +177,7 @@ async def _retry(
     pause: Pause,
     first: BaseException,
     stopped: asyncio.Event | None,
-) -> tuple[Answer, int]:
+) -> Sent:
     """Tenacity from the second attempt on; its attempt 1 re-raises the plain attempt's failure,
     so attempt numbers, waits and the bound on attempts count that one too."""
 
@@ -215,13 +225,13 @@ async def _retry(
                     await pause.wait()
                     response = await send()
                     if response.status_code not in RETRY_STATUSES:
-                        return response, attempts
+                        return Sent(response, attempts, throttled)
                     failure = RetryableStatus(response)
                 if isinstance(failure, RetryableStatus) and failure.response.status_code == 429:
                     throttled += 1
                 raise failure
     except RetryableStatus as exc:
-        return exc.response, attempts
+        return Sent(exc.response, attempts, throttled)
     except _TRANSPORT_ERRORS as exc:
         raise RetriesExhausted(attempts, exc) from None
     raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
