@@ -212,10 +212,35 @@ def test_a_links_journal_named_by_an_earlier_version_is_taken_over_not_paid_agai
     earlier = _job_file(journals, latest, export.resolve(), target, ".journal")
     named.rename(earlier)  # as the earlier version left it
     results_folder(named).rename(results_folder(earlier))
+    text = export.read_text(encoding="utf-8")
+    assert ",1254000," in text
+    (tmp_path / "export-1124.csv").write_text(text.replace(",1254000,", ",1254001,"), "utf-8")
+    latest.unlink()
+    latest.symlink_to("export-1124.csv")  # the next export, before the first run of this version
 
     assert main([*argv, "--quiet"]) == 0
-    assert job.charged() == DISTINCT_VALID  # not paid again
+    assert job.charged() == DISTINCT_VALID + 1  # the changed row only
     assert named.exists() and results_folder(named).is_dir() and not earlier.exists()
+
+
+def test_a_link_named_like_its_file_is_a_job_of_its_own_and_takes_nothing_from_the_file(
+    tmp_path, monkeypatch
+):
+    # Found by QA: b/portfolio.csv -> a/portfolio.csv took a's journal (an earlier version
+    # gave both one name), and a paid every row again.
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))
+    job = Job(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    direct = tmp_path / "a" / "portfolio.csv"
+    direct.write_bytes((SAMPLE / "portfolio.csv").read_bytes())
+    (tmp_path / "b" / "portfolio.csv").symlink_to(Path("..") / "a" / "portfolio.csv")
+    argv = ["-o", str(job.out), "--db", job.db, "--workspace", "acme", "--quiet"]
+    assert main(["score", str(direct), *argv]) == 0
+    assert main(["score", str(tmp_path / "b" / "portfolio.csv"), *argv]) == 0
+    assert job.charged() == 2 * DISTINCT_VALID  # two names, two jobs
+    assert main(["score", str(direct), *argv]) == 0
+    assert job.charged() == 2 * DISTINCT_VALID  # a's journal is still a's
 
 
 def test_budget_stop_then_rerun_completes_with_the_exact_total(tmp_path):

@@ -77,6 +77,11 @@ def test_a_latest_link_repointed_the_same_day_is_the_same_job(tmp_path, monkeypa
     assert 0 < manifest["decisions_spent"] < 10  # the rows whose price moved
     assert manifest["input"] == str(data / "latest.csv")
 
+    # a manifest of a version before 2026-11-25 named the file the link led to: same job
+    manifest["input"] = str(data / "export-2.csv")
+    (night / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert main(["nightly", "--db", db]) == 0
+
 
 def test_two_jobs_sharing_an_output_folder_are_told_apart_not_overwritten(
     tmp_path, monkeypatch, capsys

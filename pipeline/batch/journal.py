@@ -85,15 +85,32 @@ def journal_path(
     service), the input named by `job_input`. `suffix`: another file of the job named alike
     (its verdict history, a lock).
 
-    Versions before 2026-11-25 named a link's job after the file it led to: such a journal,
-    for the file the link leads to now, is moved to the job's name on first use (else the
-    link's job would pay every row once more)."""
+    Versions before 2026-11-25 named a link's job after the file it led to: such a journal is
+    moved to the job's name on first use (else the link's job would pay every row once more).
+    """
     named = _job_file(cache_dir, input_path, job_input(input_path), target, suffix)
     if not named.exists():
-        followed = _job_file(cache_dir, input_path, input_path.resolve(), target, suffix)
-        if followed != named and followed.exists():
-            _adopt(followed, named)
+        earlier = _earlier_link_journal(cache_dir, input_path, target, suffix)
+        if earlier is not None:
+            _adopt(earlier, named)
     return named
+
+
+def _earlier_link_journal(cache_dir: Path, link: Path, target: str, suffix: str) -> Path | None:
+    """The journal a version before 2026-11-25 kept for the job of `link`: named after the
+    link, hashed on the export it led to then (one of the files beside the one it leads to
+    now: the latest journal of them). None for a link named like the files it may have led to:
+    that journal was also the job of the file scored under its own name, not the link's."""
+    followed = link.resolve()
+    if followed == job_input(link) or followed.stem == link.stem:
+        return None
+    try:
+        exports = [p for p in followed.parent.iterdir() if p.stem != link.stem]
+    except OSError:
+        exports = [followed]
+    journals = [_job_file(cache_dir, link, export, target, suffix) for export in exports]
+    found = [journal for journal in journals if journal.exists()]
+    return max(found, key=lambda journal: journal.stat().st_mtime, default=None)
 
 
 def _job_file(cache_dir: Path, given: Path, source: Path, target: str, suffix: str) -> Path:

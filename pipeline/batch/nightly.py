@@ -97,7 +97,9 @@ def make_room(config: NightlyConfig, root: Path, day: date, workspace: str | Non
         earlier = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    same_input = job_input(Path(str(earlier.get("input", "")))) == job_input(source)
+    recorded = Path(str(earlier.get("input", "")))
+    # (a manifest of a version before 2026-11-25 recorded the file a link led to)
+    same_input = job_input(recorded) == job_input(source) or recorded == source.resolve()
     paid_by = earlier.get("workspace") or workspace
     failed_early = "error" in earlier and not earlier.get("outputs")  # a typo since fixed, say
     if not failed_early and (not same_input or (workspace is not None and paid_by != workspace)):
