@@ -1017,3 +1017,37 @@ def test_a_journal_paid_from_one_ledger_is_refused_by_another(tmp_path, capsys):
     assert "this job's answers were paid by workspace 'acme in" in capsys.readouterr().err
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID
+
+
+def test_an_earlier_links_journal_is_the_one_of_the_exports_named_like_the_links_file(tmp_path):
+    # Found by QA: srv/acme/latest.csv and srv/beta/latest.csv lead into one exports folder;
+    # each took the other's journal (the newest beside its file), paying hundreds again.
+    import fcntl
+    import os
+
+    from pipeline.batch.journal import _job_file, journal_path, lock_file
+    from pipeline.errors import UsageError
+
+    exports, journals = tmp_path / "exports", tmp_path / "journals"
+    exports.mkdir()
+    journals.mkdir()
+    for name in ("acme-2026-11-21.csv", "beta-2026-11-21.csv", "acme-2026-11-22.csv"):
+        (exports / name).write_text("x\n", encoding="utf-8")
+    link = tmp_path / "acme" / "latest.csv"
+    link.parent.mkdir()
+    link.symlink_to(exports / "acme-2026-11-22.csv")
+    kept = {}
+    for when, name in enumerate(("acme-2026-11-21.csv", "beta-2026-11-21.csv")):
+        kept[name] = _job_file(journals, link, exports / name, "t", ".journal")
+        kept[name].write_text(name, encoding="utf-8")
+        os.utime(kept[name], (1_000 + when, 1_000 + when))  # beta's is the newest
+
+    holder = lock_file(kept["acme-2026-11-21.csv"]).open("a+")  # a run of that version, going
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with pytest.raises(UsageError, match="another run of this job is in progress"):
+        journal_path(journals, link, "t")
+    holder.close()
+
+    taken = journal_path(journals, link, "t")
+    assert taken.read_text(encoding="utf-8") == "acme-2026-11-21.csv"
+    assert kept["beta-2026-11-21.csv"].exists()  # beta's stays for beta's link

@@ -136,6 +136,23 @@ def test_a_replay_after_a_429_was_paid_by_an_earlier_run_after_a_503_by_this_one
     assert result["decisions_used"].to_list() == [paid_now]
 
 
+def test_a_request_being_paced_when_the_budget_runs_out_is_skipped_not_a_failure():
+    # Found by QA: a budget or balance stop ended the retries of requests waiting out 429s,
+    # and their last 429 read as "paced past the bound": exit 1, blaming the service.
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("idempotency-key") == "key-1":
+            return httpx.Response(200, json=DECISION)
+        return httpx.Response(429, json={"error": "rate_limited"}, headers={"Retry-After": "1"})
+
+    set_testing(False)  # the paced request waits its second, while the budget runs out
+    scorer = scorer_with(handler, concurrency=2)
+    with scorer:
+        result = scorer.score(requests(3), budget=Budget(2))
+    assert result["status"].to_list() == ["scored", "skipped", "skipped"]
+    assert set(result["error_code"].drop_nulls()) == {"budget_exhausted"}
+    assert scorer.stop_message is None  # no failure of the service to report
+
+
 def test_connection_errors_are_retried_then_stop_the_run_after_the_bound():
     calls = 0
 

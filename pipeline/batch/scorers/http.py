@@ -555,6 +555,8 @@ class HttpScorer:
                 "keys make the retry safe",
             )
             return self._halt(stop, fatal=True)
+        if status == 429 and self._stop is not None:
+            return self._stop  # its retries ended by the run's stop (a budget): never charged
         if status == 429:
             # Paced past the bound of its own (minutes): every row left would wait as long, one
             # wave of workers at a time (hours). The run stops, as for a service down.
