@@ -212,15 +212,16 @@ def test_a_links_journal_named_by_an_earlier_version_is_taken_over_not_paid_agai
     earlier = _job_file(journals, latest, export.resolve(), target, ".journal")
     named.rename(earlier)  # as the earlier version left it
     results_folder(named).rename(results_folder(earlier))
-    text = export.read_text(encoding="utf-8")
-    assert ",1254000," in text
-    (tmp_path / "export-1124.csv").write_text(text.replace(",1254000,", ",1254001,"), "utf-8")
-    latest.unlink()
-    latest.symlink_to("export-1124.csv")  # the next export, before the first run of this version
 
     assert main([*argv, "--quiet"]) == 0
-    assert job.charged() == DISTINCT_VALID + 1  # the changed row only
+    assert job.charged() == DISTINCT_VALID  # not paid again
     assert named.exists() and results_folder(named).is_dir() and not earlier.exists()
+    text = export.read_text(encoding="utf-8")
+    (tmp_path / "export-1124.csv").write_text(text.replace(",1254000,", ",1254001,"), "utf-8")
+    latest.unlink()
+    latest.symlink_to("export-1124.csv")  # the next night: the changed row only
+    assert main([*argv, "--quiet"]) == 0
+    assert job.charged() == DISTINCT_VALID + 1
 
 
 def test_a_link_named_like_its_file_is_a_job_of_its_own_and_takes_nothing_from_the_file(
@@ -1019,11 +1020,12 @@ def test_a_journal_paid_from_one_ledger_is_refused_by_another(tmp_path, capsys):
     assert job.charged() == DISTINCT_VALID
 
 
-def test_an_earlier_links_journal_is_the_one_of_the_exports_named_like_the_links_file(tmp_path):
+def test_only_the_earlier_journal_of_the_links_own_file_is_taken_and_never_while_in_use(
+    tmp_path,
+):
     # Found by QA: srv/acme/latest.csv and srv/beta/latest.csv lead into one exports folder;
-    # each took the other's journal (the newest beside its file), paying hundreds again.
+    # taking a journal kept for another export beside the link's file, each took the other's.
     import fcntl
-    import os
 
     from pipeline.batch.journal import _job_file, journal_path, lock_file
     from pipeline.errors import UsageError
@@ -1031,23 +1033,26 @@ def test_an_earlier_links_journal_is_the_one_of_the_exports_named_like_the_links
     exports, journals = tmp_path / "exports", tmp_path / "journals"
     exports.mkdir()
     journals.mkdir()
-    for name in ("acme-2026-11-21.csv", "beta-2026-11-21.csv", "acme-2026-11-22.csv"):
+    for name in ("2026-11-21-acme.csv", "2026-11-21-beta.csv", "2026-11-22-acme.csv"):
         (exports / name).write_text("x\n", encoding="utf-8")
     link = tmp_path / "acme" / "latest.csv"
     link.parent.mkdir()
-    link.symlink_to(exports / "acme-2026-11-22.csv")
-    kept = {}
-    for when, name in enumerate(("acme-2026-11-21.csv", "beta-2026-11-21.csv")):
-        kept[name] = _job_file(journals, link, exports / name, "t", ".journal")
-        kept[name].write_text(name, encoding="utf-8")
-        os.utime(kept[name], (1_000 + when, 1_000 + when))  # beta's is the newest
+    link.symlink_to(exports / "2026-11-22-acme.csv")
+    kept = {
+        name: _job_file(journals, link, exports / name, "t", ".journal")
+        for name in ("2026-11-21-acme.csv", "2026-11-21-beta.csv")
+    }
+    for name, journal in kept.items():
+        journal.write_text(name, encoding="utf-8")
+    assert not journal_path(journals, link, "t").exists()  # nothing taken: not its file's
+    assert all(journal.exists() for journal in kept.values())
 
-    holder = lock_file(kept["acme-2026-11-21.csv"]).open("a+")  # a run of that version, going
+    link.unlink()
+    link.symlink_to(exports / "2026-11-21-acme.csv")  # its file's own: taken, unless in use
+    holder = lock_file(kept["2026-11-21-acme.csv"]).open("a+")
     fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with pytest.raises(UsageError, match="another run of this job is in progress"):
         journal_path(journals, link, "t")
     holder.close()
-
-    taken = journal_path(journals, link, "t")
-    assert taken.read_text(encoding="utf-8") == "acme-2026-11-21.csv"
-    assert kept["beta-2026-11-21.csv"].exists()  # beta's stays for beta's link
+    assert journal_path(journals, link, "t").read_text(encoding="utf-8") == "2026-11-21-acme.csv"
+    assert kept["2026-11-21-beta.csv"].exists()

@@ -153,6 +153,27 @@ def test_a_request_being_paced_when_the_budget_runs_out_is_skipped_not_a_failure
     assert scorer.stop_message is None  # no failure of the service to report
 
 
+def test_a_paced_request_whose_first_answer_was_lost_stays_in_doubt_at_a_budget_stop():
+    # Found by QA: its first attempt may have been charged (the connection dropped after the
+    # charge); made `skipped`, the next run sent it under a new key and paid it twice.
+    attempts: dict[str | None, int] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        key = request.headers.get("idempotency-key")
+        attempts[key] = attempts.get(key, 0) + 1
+        if key == "key-1":
+            return httpx.Response(200, json=DECISION)
+        if attempts[key] == 1:
+            raise httpx.ReadError("connection dropped after the charge")
+        return httpx.Response(429, json={"error": "rate_limited"}, headers={"Retry-After": "1"})
+
+    set_testing(False)
+    scorer = scorer_with(handler, concurrency=2)
+    with scorer:
+        result = scorer.score(requests(3), budget=Budget(2))
+    assert result["status"].to_list()[:2] == ["scored", "failed"]  # in doubt, under its key
+
+
 def test_connection_errors_are_retried_then_stop_the_run_after_the_bound():
     calls = 0
 

@@ -35,7 +35,6 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, closing, contextmanager, nullcontext, suppress
-from functools import lru_cache
 from pathlib import Path
 
 import polars as pl
@@ -98,40 +97,16 @@ def journal_path(
 
 
 def _earlier_link_journal(cache_dir: Path, link: Path, target: str, suffix: str) -> Path | None:
-    """The journal a version before 2026-11-25 kept for the job of `link`: named after the
-    link, hashed on the export it led to then, one of the files beside the one it leads to
-    now. Of those, the exports named most like that file (`acme-2026-11-21.csv` for
-    `acme-2026-11-22.csv`, not `beta-...`: another link of the same name may lead there), the
-    latest journal. None for a link named like the files it may have led to: that journal was
-    also the job of the file scored under its own name, not the link's."""
+    """The journal a version before 2026-11-25 kept for the job of `link` while it led to the
+    file it leads to now: named after the link, hashed on that file. (Not one it kept for
+    another export beside it: two links of one name may lead into one folder, and which
+    link's journal it was cannot be told.) None for a link named like its file: that journal
+    was also the job of the file scored under its own name, not the link's."""
     followed = link.resolve()
     if followed == job_input(link) or followed.stem == link.stem:
         return None
-    found = []
-    for export in _files_beside(followed):
-        journal = _job_file(cache_dir, link, export, target, suffix)
-        if export.stem != link.stem and journal.exists():
-            found.append(
-                (_same_start(export.name, followed.name), journal.stat().st_mtime, journal)
-            )
-    return max(found)[2] if found else None
-
-
-def _same_start(one: str, other: str) -> int:
-    """How many characters two names begin with alike."""
-    return next(
-        (i for i, (a, b) in enumerate(zip(one, other, strict=False)) if a != b),
-        min(len(one), len(other)),
-    )
-
-
-@lru_cache(maxsize=8)
-def _files_beside(file: Path) -> tuple[Path, ...]:
-    """The files of `file`'s folder (read once a run: a job asks for several journal names)."""
-    try:
-        return tuple(file.parent.iterdir())
-    except OSError:
-        return (file,)
+    journal = _job_file(cache_dir, link, followed, target, suffix)
+    return journal if journal.exists() else None
 
 
 def _job_file(cache_dir: Path, given: Path, source: Path, target: str, suffix: str) -> Path:

@@ -555,8 +555,11 @@ class HttpScorer:
                 "keys make the retry safe",
             )
             return self._halt(stop, fatal=True)
-        if status == 429 and self._stop is not None:
-            return self._stop  # its retries ended by the run's stop (a budget): never charged
+        if status == 429 and self._stop is not None and attempts == sent.paced:
+            # Its retries ended by the run's stop (a budget), and every attempt was refused 429:
+            # never charged, so it takes the run's stop. (An attempt whose answer was lost may
+            # have been: that row stays in doubt under its key, below.)
+            return self._stop
         if status == 429:
             # Paced past the bound of its own (minutes): every row left would wait as long, one
             # wave of workers at a time (hours). The run stops, as for a service down.
