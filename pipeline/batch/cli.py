@@ -390,7 +390,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     journal_dir = settings.resolve(settings.batch.journal_dir)
     path = args.journal or journal_path(journal_dir, args.input, target)
     candidates: list[Path] = []
-    locked = [path]
+    lock = path
     if remote is not None and args.journal is None and not path.exists():
         # One default journal per input and --workspace, whatever the service's address is
         # spelled: another address finds the job's journal and is refused, not paid twice. A
@@ -400,7 +400,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         # has (two first runs, with and without --workspace, would both pay), then of the
         # journal chosen; other workspaces' jobs on the same input run on.
         payer = owner or args.workspace or ""
-        locked = [journal_path(journal_dir, args.input, f"remote-payer:{payer}")]
+        lock = journal_path(journal_dir, args.input, f"remote-payer:{payer}")
     # The verdict history outlives a change of benchmarks (which starts a new journal: its
     # answers were made with the old ones), to list the verdicts the new benchmarks flip.
     history = None
@@ -408,7 +408,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         versionless = target.replace(scorer.version, scorer.name, 1)
         history = journal_path(journal_dir, args.input, versionless, suffix=".verdicts.parquet")
     progress = ProgressReporter(quiet=args.quiet or args.json)
-    with job_lock(*locked), remote or nullcontext(), ExitStack() as also_locked:
+    with job_lock(lock), remote or nullcontext(), ExitStack() as also_locked:
         if candidates:  # chosen once no other run of the workspace can claim one of them
             path = _remote_journal(candidates, args.workspace, owner)
             also_locked.enter_context(job_lock(path))

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, closing, contextmanager, nullcontext, suppress
+from contextlib import closing, contextmanager, nullcontext, suppress
 from pathlib import Path
 
 import polars as pl
@@ -119,7 +119,7 @@ def _adopt(earlier: Path, named: Path) -> None:
     SQLite companions first, the journal itself last (once it is there, the move is done; a
     move cut short is finished by the next run). Not while a run of that version holds the
     journal's lock: UsageError."""
-    with _lock(earlier) if earlier.suffix == ".journal" else nullcontext():
+    with job_lock(earlier) if earlier.suffix == ".journal" else nullcontext():
         _move_job_files(earlier, named)
 
 
@@ -748,17 +748,8 @@ def _safe(batch_key: str) -> str:
 
 
 @contextmanager
-def job_lock(*journal_files: Path) -> Iterator[None]:
-    """One run of a job at a time: a second run (a slow nightly, a double cron) stops at once.
-    Every journal the job may have (under several default names) is locked."""
-    with ExitStack() as locks:
-        for journal_file in sorted(set(journal_files)):
-            locks.enter_context(_lock(journal_file))
-        yield
-
-
-@contextmanager
-def _lock(journal_file: Path) -> Iterator[None]:
+def job_lock(journal_file: Path) -> Iterator[None]:
+    """One run of a job at a time: a second run (a slow nightly, a double cron) stops at once."""
     lock_path = lock_file(journal_file)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("a+") as handle:

@@ -94,6 +94,20 @@ def check_idempotency_key(value: str | None, *, repeated: bool = False) -> str |
     return value
 
 
+def check_rate(limit: RateLimit, workspace: str) -> None:
+    """ApiError 429 when `workspace` has sent its requests of this second."""
+    wait = limit.wait(workspace)
+    if wait > 0:
+        after = retry_after(wait)
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"this workspace may send {limit.per_second:g} requests a second; "
+            f"nothing was charged: send it again in {after} s",
+            headers={"Retry-After": after},
+        )
+
+
 def _cost(body: bytes | None) -> int:
     """What a request refused before its charge would have cost, as far as its body tells."""
     try:
@@ -133,7 +147,7 @@ class DecisionHandler:
             if seen is not None:
                 seen["key_prefix"] = caller.key_prefix
             if self.rate_limit is not None:
-                self._check_rate(caller.workspace)
+                check_rate(self.rate_limit, caller.workspace)
             check_content_type(incoming.content_type)
             if incoming.body is None:
                 raise ApiError(
@@ -168,19 +182,6 @@ class DecisionHandler:
             return self.desk.balance(workspace) == 0
         except PipelineError:
             return False
-
-    def _check_rate(self, workspace: str) -> None:
-        assert self.rate_limit is not None
-        wait = self.rate_limit.wait(workspace)
-        if wait > 0:
-            after = retry_after(wait)
-            raise ApiError(
-                429,
-                "rate_limited",
-                f"this workspace may send {self.rate_limit.per_second:g} requests a second; "
-                f"nothing was charged: send it again in {after} s",
-                headers={"Retry-After": after},
-            )
 
     async def _decide(
         self, body: bytes, caller: Caller, idempotency_key: str | None, alone: bool
