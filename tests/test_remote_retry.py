@@ -320,3 +320,22 @@ def test_balance_is_the_lowest_seen_and_stops_sending():
     assert scorer.balance() == 2
     statuses = result["status"].to_list()
     assert statuses.count("scored") == 8 and statuses.count("skipped") == 2
+
+
+def test_a_retry_after_of_zero_backs_off_instead():
+    """Testing mode off: a service answering 429 with Retry-After: 0 is not hammered; the
+    backoff's waits stand in for the pause it did not ask for."""
+    set_testing(False)
+    sent_at: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent_at.append(time.monotonic())
+        if len(sent_at) <= 3:
+            return httpx.Response(429, json={"error": "rate_limited"}, headers={"Retry-After": "0"})
+        return httpx.Response(200, json=DECISION)
+
+    policy = RetryPolicy(attempts=4, backoff_s=0.2)
+    result = run(scorer_with(handler, concurrency=1, retry=policy), n=1)
+    assert result["status"].to_list() == ["scored"]
+    # Waits of at least half of 0.2, 0.4 and 0.8 s: 0.7 s in all (none at all before the fix).
+    assert sent_at[-1] - sent_at[0] >= 0.69

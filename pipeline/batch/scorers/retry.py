@@ -10,8 +10,7 @@ was lost is replayed by the service, not charged again):
 Never retried: 400, 401, 402, 422 and every other status; a second try cannot change them.
 
 Waits: exponential backoff with equal jitter (half of min(cap, base * 2**n), plus up to the
-other half at random), or the
-server's `Retry-After` when it sends one. A `Retry-After` is shared: it moves the "not before"
+other half at random), or the server's `Retry-After` when it sends one (of more than zero). A `Retry-After` is shared: it moves the "not before"
 time of the `Pause` that every worker waits on before sending, so a 429 slows the whole run, not
 one task. (A 409's Retry-After concerns our own request only and is not shared.) Attempts and
 total time are bounded by `RetryPolicy`; a 429 is the service pacing its clients, not a
@@ -185,14 +184,17 @@ async def _retry(
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, RetryableStatus):
             after = retry_after_s(exc.response, policy.max_retry_after_s)
-            if after is not None:
+            # "Retry-After: 0" (or a date gone by) is no pause at all: the backoff's instead,
+            # or a run would hammer a service that says so for a thousand attempts on end.
+            if after is not None and after > 0:
                 if exc.response.status_code == 409:
                     return after
                 pause.hold(after)  # everyone waits, this worker too (at pause.wait below)
                 return 0.0
         # Half the cap for sure, half at random: workers spread out, and the waits add up to
         # at least half their caps' sum (full jitter could add up to almost nothing).
-        cap = min(policy.max_backoff_s, policy.backoff_s * 2 ** (state.attempt_number - 1))
+        doublings = min(state.attempt_number - 1, 32)  # 2.0 ** 1024 overflows a float
+        cap = min(policy.max_backoff_s, policy.backoff_s * 2.0**doublings)
         return cap / 2 + random.uniform(0, cap / 2)
 
     attempts = throttled = 0  # throttled: attempts refused 429, not among `policy.attempts`
