@@ -172,6 +172,51 @@ def test_a_paced_request_whose_first_answer_was_lost_stays_in_doubt_at_a_budget_
     with scorer:
         result = scorer.score(requests(3), budget=Budget(2))
     assert result["status"].to_list()[:2] == ["scored", "failed"]  # in doubt, under its key
+    assert result["error_code"][1] == "in_doubt"
+    assert "may have been charged" in result["error_message"][1]
+    # Found by QA: the run stopped as if paced past its bound (exit 1, "kept answering 429");
+    # it was the budget that stopped it.
+    assert scorer.stop_message is None
+
+
+def resent(status: int, **kwargs: object) -> httpx.Response:
+    """An answer to a request the transport sent twice (the first send's answer was lost on a
+    reused keep-alive connection, perhaps after the service charged it)."""
+    return httpx.Response(status, extensions={"sends": 2}, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_429_to_a_request_sent_again_by_the_transport_stays_in_doubt_at_a_budget_stop():
+    # Found by QA: the transport's own second send (the first's answer lost on a reused
+    # connection) was answered 429, which counted as "every attempt refused": the row ended
+    # skipped, and the next run paid it again under a new key (41 charges for 40 rows).
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("idempotency-key") == "key-1":
+            return httpx.Response(200, json=DECISION)
+        return resent(429, json={"error": "rate_limited"}, headers={"Retry-After": "1"})
+
+    set_testing(False)
+    scorer = scorer_with(handler, concurrency=2)
+    with scorer:
+        result = scorer.score(requests(3), budget=Budget(2))
+    assert result["status"].to_list()[:2] == ["scored", "failed"]
+    assert result["error_code"][1] == "in_doubt"
+
+
+def test_a_replay_after_a_429_to_a_request_sent_again_is_this_runs_charge():
+    # Found by QA: counted as paid by an earlier run (of which there was none), the charge
+    # fell out of the run's spending and its --budget (43 charged on a budget of 42).
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return resent(429, json={"error": "rate_limited"}, headers={"Retry-After": "1"})
+        return httpx.Response(200, json=DECISION, headers={"Idempotent-Replayed": "true"})
+
+    result = run(scorer_with(handler))
+    assert result["status"].to_list() == ["scored"]
+    assert result["decisions_used"].to_list() == [1]
 
 
 def test_connection_errors_are_retried_then_stop_the_run_after_the_bound():

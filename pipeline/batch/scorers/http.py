@@ -74,6 +74,7 @@ INVALID_KEY_MESSAGE = (
     "the API key was refused (wrong or revoked); set DECISIONS_API_KEY (or --api-key-file) "
     "to a valid key and run the same command again"
 )
+IN_DOUBT = "in_doubt"  # failed, perhaps charged: the next run sends it under the same key
 _REPLAYED = "_replayed"  # marks a scored row answered by a replay, until it is settled
 _INT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Int64())
 _FLOAT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Float64())
@@ -467,6 +468,25 @@ class HttpScorer:
             self._stopped.set()
         return stop
 
+    def _stopped_for_money(self) -> _Stop | None:
+        """The run's stop when the budget or the balance ended it (its retries cut short)."""
+        return self._stop if self._stop is not None and self._stop.status == "skipped" else None
+
+    def _cut_short(self, request_id: int, what: str) -> dict[str, Any]:
+        """A request whose retries the run's budget or balance stop ended, an attempt of which
+        may have been charged (its answer lost): failed, so it stays in doubt under its key.
+        Made skipped, the next run would send it under a new key and pay for it twice."""
+        stop = self._stopped_for_money()
+        assert stop is not None
+        return _error_row(
+            request_id,
+            "failed",
+            IN_DOUBT,
+            f"the service {what}, and the run stopped ({stop.message}) before it was sent "
+            "again; an attempt whose answer did not come back may have been charged: the next "
+            "run sends it under the same key, and a charge made is replayed, not made again",
+        )
+
     def _saw_balance(self, value: object) -> None:
         if isinstance(value, int | float) and (self._balance is None or value < self._balance):
             self._balance = int(value)
@@ -489,6 +509,8 @@ class HttpScorer:
                 send, self.config.retry, self._pause, stopped=self._stopped
             )
         except RetriesExhausted as exc:
+            if self._stopped_for_money():
+                return self._cut_short(row["request_id"], "could not be reached")
             # Unreachable through every retry: the service is down, and each row left would
             # spend its own retries finding that out (a day for 200,000 rows). The run stops;
             # the rows not answered stay in doubt under their keys for the next run.
@@ -543,6 +565,11 @@ class HttpScorer:
             return self._halt(stop, fatal=True)
         if status == 422 and code == "validation_error":
             return _error_row(request_id, "rejected", code, message, body.get("field"))
+        if status in (429, *UNAVAILABLE_STATUSES) and self._stopped_for_money():
+            if status == 429 and attempts == sent.paced:
+                # Every attempt was refused 429: never charged, so it takes the run's stop.
+                return self._stop
+            return self._cut_short(request_id, f"answered HTTP {status}")
         if status in UNAVAILABLE_STATUSES:
             # The service, or the proxy before it, says it cannot serve through every retry:
             # as when it cannot be reached, the run stops rather than each row left spending
@@ -555,11 +582,6 @@ class HttpScorer:
                 "keys make the retry safe",
             )
             return self._halt(stop, fatal=True)
-        if status == 429 and self._stop is not None and attempts == sent.paced:
-            # Its retries ended by the run's stop (a budget), and every attempt was refused 429:
-            # never charged, so it takes the run's stop. (An attempt whose answer was lost may
-            # have been: that row stays in doubt under its key, below.)
-            return self._stop
         if status == 429:
             # Paced past the bound of its own (minutes): every row left would wait as long, one
             # wave of workers at a time (hours). The run stops, as for a service down.

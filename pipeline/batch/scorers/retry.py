@@ -126,7 +126,9 @@ class RetryableStatus(Exception):
 
 class Sent(NamedTuple):
     """The final response of a request, and how many attempts it took: in all, and refused
-    429 (never charged: the service said when to come back instead)."""
+    429 on their only send (never charged: the service said when to come back instead). A 429
+    to a send the transport repeated (`Answer.sends`, an answer lost on a reused connection)
+    is not among `paced`: the lost send may have been charged."""
 
     response: Answer
     attempts: int
@@ -197,7 +199,9 @@ async def _retry(
         cap = min(policy.max_backoff_s, policy.backoff_s * 2.0**doublings)
         return cap / 2 + random.uniform(0, cap / 2)
 
-    attempts = throttled = 0  # throttled: attempts refused 429, not among `policy.attempts`
+    # throttled: attempts refused 429, not among `policy.attempts`; paced: those of them whose
+    # only send was refused (never charged)
+    attempts = throttled = paced = 0
 
     def stop(state: RetryCallState) -> bool:
         if stopped is not None and stopped.is_set():
@@ -227,13 +231,14 @@ async def _retry(
                     await pause.wait()
                     response = await send()
                     if response.status_code not in RETRY_STATUSES:
-                        return Sent(response, attempts, throttled)
+                        return Sent(response, attempts, paced)
                     failure = RetryableStatus(response)
                 if isinstance(failure, RetryableStatus) and failure.response.status_code == 429:
                     throttled += 1
+                    paced += failure.response.sends == 1
                 raise failure
     except RetryableStatus as exc:
-        return Sent(exc.response, attempts, throttled)
+        return Sent(exc.response, attempts, paced)
     except _TRANSPORT_ERRORS as exc:
         raise RetriesExhausted(attempts, exc) from None
     raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
