@@ -100,12 +100,15 @@ def _earlier_link_journal(cache_dir: Path, link: Path, target: str, suffix: str)
     """The journal a version before 2026-11-25 kept for the job of `link` while it led to the
     file it leads to now: named after the link, hashed on that file. (Not one it kept for
     another export beside it: two links of one name may lead into one folder, and which
-    link's journal it was cannot be told.) None for a link named like its file: that journal
-    was also the job of the file scored under its own name, not the link's."""
+    link's journal it was cannot be told.) None for a link named like its file (as far as
+    journal names go: their first 40 characters): that journal was also the job of the file
+    scored under its own name, not the link's."""
     followed = link.resolve()
-    if followed == job_input(link) or followed.stem == link.stem:
+    if followed == job_input(link):
         return None
     journal = _job_file(cache_dir, link, followed, target, suffix)
+    if journal == _job_file(cache_dir, followed, followed, target, suffix):
+        return None
     return journal if journal.exists() else None
 
 
