@@ -610,6 +610,20 @@ def test_a_file_mixing_utf8_and_cp1256_is_refused_not_garbled(tmp_path: Path) ->
         path = write(tmp_path, name, data)
         with pytest.raises(InputError, match="mixes two encodings"):
             read_table(path)
+        # Found by UX review: the encoding the message suggested read the UTF-8 lines as
+        # Windows-1256 too (الرياض as ط§ظ„ط±ظٹط§ط¶), scored with no benchmark and paid.
+        read = read_table_with_info(path, encoding="cp1256")
+        assert read.frame.row(0) == ("الرياض", "فيلا", "ملاحظة")
+        assert read.frame.row(-1) == ("Riyadh", "villa", "ملاحظة")
+        assert read.encoding == "cp1256"
+        assert (
+            read.encoding_overridden
+            == {
+                "short.csv": "--encoding cp1256 not used for line 2: UTF-8 (pasted text?)",
+                "long.csv": "--encoding cp1256 not used for lines 2, 4, 6, 8, 10 and 19995 more: "
+                "UTF-8 (pasted text?)",
+            }[name]
+        )
 
 
 def test_a_stray_nul_byte_is_not_taken_for_utf16(tmp_path: Path) -> None:
@@ -660,8 +674,15 @@ def test_a_cp1256_file_with_a_pasted_utf8_word_is_refused(tmp_path: Path) -> Non
     rows = ["city,district"] + ["الرياض,الملقا"] * 30
     data = ("\n".join(rows) + "\n").encode("cp1256") + "الرياض,".encode("cp1256")
     data += "النرجس".encode() + b"\n"
+    path = write(tmp_path, "x.csv", data)
     with pytest.raises(InputError, match="is Windows-1256 text except at byte"):
-        read_table(write(tmp_path, "x.csv", data))
+        read_table(path)
+    read = read_table_with_info(path, encoding="cp1256")  # as the message says
+    assert read.frame.row(0) == ("الرياض", "الملقا")
+    assert read.frame.row(-1) == ("الرياض", "النرجس")
+    assert read.encoding_overridden == (
+        "--encoding cp1256 not used for line 32: UTF-8 (pasted text?)"
+    )
 
 
 def test_utf16_without_a_bom_is_read_however_arabic_it_is(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ A legacy single-byte file whose non-ASCII text is not Arabic (e.g. Latin-1) is t
 rather than guessed; ``encoding="latin-1"`` reads it. A named encoding is for what detection cannot
 tell: a byte-order mark, or Arabic text that is valid UTF-8, is read as such whatever is named
 (a nightly job's ``--encoding cp1256`` outlives the day its export switches to UTF-8), and the
-read says so.
+read says so. A file mixing the two (UTF-8 text pasted into a Windows-1256 export) is refused
+unless an encoding is named; then its UTF-8 lines are read as UTF-8, the others as named.
 
 Separator: a first line ``sep=X`` (Excel's hint) names it; otherwise the candidate among comma,
 semicolon, tab and pipe that occurs outside double quotes in the header line, preferring one whose
@@ -59,7 +60,10 @@ def read_csv(
         # Arabic only past the sniffed start: the whole file tells
         if overridden is None and named_single_byte and _is_utf8_arabic(content):
             codec, overridden = "utf-8", _not_used(encoding, "is UTF-8 Arabic text")
-        data = _decode(path, content, codec)
+        if named_single_byte and codec != "utf-8" and _UTF8_ARABIC_WORD.search(content):
+            codec, data, overridden = _named_with_utf8(path, content, encoding)
+        else:
+            data = _decode(path, content, codec)
         if _old_mac_lines(data[:SNIFF_BYTES]):
             data = _LONE_CR.sub("\n", data)
         text_head = data[:SNIFF_BYTES]
@@ -69,11 +73,16 @@ def read_csv(
     try:
         raw = _polars_read(source, separator, skip)
     except pl.exceptions.ComputeError as exc:
-        if "utf-8" in str(exc).lower() and encoding is None and isinstance(source, Path):
+        named_utf = encoding is not None and _codec_name(path, encoding).startswith("utf")
+        if "utf-8" in str(exc).lower() and isinstance(source, Path) and not named_utf:
             # Valid UTF-8 at the start, invalid later: decide on the whole file.
             content = path.read_bytes()
-            codec = _detect_encoding(path, content)
-            raw = _polars_read(_decode(path, content, codec).encode("utf-8"), separator, skip)
+            if encoding is None:
+                codec = _detect_encoding(path, content)
+                data = _decode(path, content, codec)
+            else:
+                codec, data, overridden = _named_with_utf8(path, content, encoding)
+            raw = _polars_read(data.encode("utf-8"), separator, skip)
         elif "malformed" in str(exc).lower() or "could not parse" in str(exc).lower():
             # A quote inside an unquoted value (`TV 55" included`): Excel reads it as a quote
             # mark, polars refuses the file. The csv module reads it as Excel does, and still
@@ -251,7 +260,9 @@ def _detect_encoding(path: Path, head: bytes) -> str:
         if _mostly_utf8_arabic(head):
             raise InputError(
                 f"{path}: is UTF-8 text except at {_where(head, exc.start)}, so it mixes two "
-                f"encodings (pasted text?); re-save it as UTF-8, or {ENCODING_HINT}"
+                f"encodings (pasted text?); re-save it as UTF-8, or name the other one "
+                f"(--encoding cp1256 for Arabic Windows): the UTF-8 lines are still read as "
+                f"UTF-8, the others as named"
             ) from None
     if _looks_arabic_cp1256(head):
         _refuse_pasted_utf8(path, head)
@@ -267,6 +278,7 @@ _LONE_CR = re.compile("\r(?!\n)")
 # Three Arabic letters in UTF-8 in a row: in Windows-1256 text that would be three of four
 # letters each followed by a symbol, which no word is.
 _UTF8_ARABIC_WORD = re.compile(rb"(?:[\xd8-\xdb][\x80-\xbf]){3}")
+_UTF8_ARABIC_RUN = re.compile(rb"((?:[\xd8-\xdb][\x80-\xbf]){2,})")  # split() keeps the runs
 
 
 def _refuse_pasted_utf8(path: Path, data: bytes) -> None:
@@ -274,7 +286,8 @@ def _refuse_pasted_utf8(path: Path, data: bytes) -> None:
     if pasted is not None:
         raise InputError(
             f"{path}: is Windows-1256 text except at {_where(data, pasted.start())}, which "
-            f"is UTF-8 (pasted text?); re-save it as UTF-8, or {ENCODING_HINT}"
+            f"is UTF-8 (pasted text?); re-save it as UTF-8, or read it with --encoding "
+            f"cp1256: the UTF-8 lines are still read as UTF-8, the others as Windows-1256"
         )
 
 
@@ -318,6 +331,49 @@ def _decode(path: Path, data: bytes, codec: str) -> str:
         raise InputError(
             f"{path}: cannot be decoded as {codec} (byte {exc.start}: {exc.reason}); "
             f"{ENCODING_HINT}"
+        ) from None
+
+
+def _named_with_utf8(path: Path, content: bytes, encoding: str) -> tuple[str, str, str]:
+    """The codec, text and note of a file not all UTF-8, with UTF-8 Arabic text in it, read
+    with a named single-byte `encoding`: its UTF-8 text read as UTF-8, the rest as named."""
+    codec = _codec_name(path, encoding)
+    data, lines = _decode_mixed(path, content, codec)
+    return codec, data, f"--encoding {encoding} not used for {lines}: UTF-8 (pasted text?)"
+
+
+def _decode_mixed(path: Path, data: bytes, codec: str) -> tuple[str, str]:
+    """A single-byte file with UTF-8 text pasted into it: each line that is UTF-8 read as
+    UTF-8; in the others, runs of two or more UTF-8 Arabic letters read as UTF-8 and the rest
+    as `codec`. (Arabic in a single-byte encoding never reads as such a run: each of its letters
+    would need a symbol after it.) The text, and the lines holding UTF-8 ("lines 3, 8 and 2
+    more")."""
+    decoded: list[str] = []
+    utf8: list[int] = []
+    for number, line in enumerate(data.splitlines(keepends=True), start=1):
+        if _UTF8_ARABIC.search(line) is None:
+            decoded.append(_decode_line(path, number, line, codec))
+            continue
+        utf8.append(number)
+        try:
+            decoded.append(line.decode("utf-8"))
+            continue
+        except UnicodeDecodeError:
+            pass
+        for i, part in enumerate(_UTF8_ARABIC_RUN.split(line)):  # runs at the odd places
+            text = part.decode("utf-8") if i % 2 else _decode_line(path, number, part, codec)
+            decoded.append(text)
+    named = ", ".join(str(n) for n in utf8[:5])
+    more = f" and {len(utf8) - 5} more" if len(utf8) > 5 else ""
+    return "".join(decoded).lstrip("\ufeff"), f"line{'s' * (len(utf8) > 1)} {named}{more}"
+
+
+def _decode_line(path: Path, number: int, data: bytes, codec: str) -> str:
+    try:
+        return data.decode(codec)
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: line {number} cannot be decoded as {codec} ({exc.reason}); {ENCODING_HINT}"
         ) from None
 
 

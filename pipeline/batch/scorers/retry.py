@@ -10,12 +10,13 @@ was lost is replayed by the service, not charged again):
 Never retried: 400, 401, 402, 422 and every other status; a second try cannot change them.
 
 Waits: exponential backoff with equal jitter (half of min(cap, base * 2**n), plus up to the
-other half at random), or the server's `Retry-After` when it sends one (of more than zero). A `Retry-After` is shared: it moves the "not before"
-time of the `Pause` that every worker waits on before sending, so a 429 slows the whole run, not
-one task. (A 409's Retry-After concerns our own request only and is not shared.) Attempts and
-total time are bounded by `RetryPolicy`; a 429 is the service pacing its clients, not a
-failure, so attempts it refused count only towards a longer bound of their own (at a strict
-`--rate-limit`, workers racing for each second's requests would otherwise fail rows).
+other half at random), or the server's `Retry-After` when it sends one (of more than zero). A
+`Retry-After` is shared: it moves the "not before" time of the `Pause` that every worker waits
+on before sending, so a 429 slows the whole run, not one task. (A 409's Retry-After concerns our
+own request only and is not shared.) Attempts and total time are bounded by `RetryPolicy`; a 429
+is the service pacing its clients, not a failure, so attempts it refused count only towards a
+longer bound of their own (at a strict `--rate-limit`, workers racing for each second's requests
+would otherwise fail rows).
 
 The first attempt is a plain `await`; tenacity takes over only after a retryable failure, so its
 per-call machinery (20-40 us, and 35-50% of throughput at concurrency 32, PERF-NOTES) stays off
