@@ -238,3 +238,26 @@ def test_a_night_that_failed_on_a_typo_does_not_bar_the_corrected_one(tmp_path, 
     (tmp_path / "portfolio.csv").write_bytes((SAMPLE / "portfolio.csv").read_bytes())
     nightly.write_text('input = "portfolio.csv"\nformats = ["csv"]\n', encoding="utf-8")
     assert main(["nightly", "--db", db]) == 0  # not "another job"
+
+
+def test_a_mistake_in_the_configuration_is_named_in_plain_words(tmp_path, monkeypatch, capsys):
+    # Found by UX review: pydantic's dump ("1 validation error for NightlyConfig ... For
+    # further information visit https://errors.pydantic.dev/...") and `pq` refused though
+    # `score -o x.pq` takes it.
+    configs = _project(tmp_path)
+    nightly = configs / "nightly.toml"
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = str(tmp_path / "ledger.db")
+    source = SAMPLE / "portfolio.csv"
+    nightly.write_text(f'input = "{source}"\nbudjet = 5\nformats = ["csv", "pdf"]\n', "utf-8")
+    capsys.readouterr()
+    assert main(["nightly", "--db", db]) == 2
+    error = capsys.readouterr().err
+    assert "unknown key 'budjet' (the keys are: input, output_dir, formats, budget," in error
+    assert "formats[1] = 'pdf': should be 'xlsx', 'csv' or 'parquet'" in error
+    assert "pydantic" not in error
+    nightly.write_text(f'input = "{source}"\nformats = ["CSV", "pq"]\n', encoding="utf-8")
+    assert main(["nightly", "--db", db]) == 0
+    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    assert (night / "portfolio-scored.csv").exists()
+    assert (night / "portfolio-scored.parquet").exists()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import shutil
 import tomllib
+from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline.batch.journal import job_input
 from pipeline.errors import UsageError
@@ -34,14 +35,53 @@ class NightlyConfig(BaseModel):
     encoding: str | None = None
     priority: str | None = None  # the column whose highest values are scored first
 
+    @field_validator("formats", mode="before")
+    @classmethod
+    def _format_names(cls, value: object) -> object:
+        """`CSV`, `pq`: as `-o` takes them (an output's extension, in any case)."""
+        if isinstance(value, list):
+            return [
+                _FORMAT_NAMES.get(v.lower(), v.lower()) if isinstance(v, str) else v for v in value
+            ]
+        return value
+
+    @field_validator("reasoning", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
+_FORMAT_NAMES = {"pq": "parquet", "xlsm": "xlsx"}
+
 
 def load_nightly(path: Path) -> NightlyConfig:
     try:
         return NightlyConfig.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such nightly configuration") from None
-    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+    except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid nightly configuration: {exc}") from exc
+    except ValidationError as exc:
+        problems = "; ".join(dict.fromkeys(_problem(error) for error in exc.errors()))
+        raise UsageError(f"{path}: invalid nightly configuration: {problems}") from None
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    """One mistake of a nightly configuration, in its own words (not pydantic's dump)."""
+    key, *index = error["loc"]  # strings after the key name a type of a union: left out
+    where = f"{key}" + "".join(f"[{i}]" for i in index if isinstance(i, int))  # formats[1]
+    if error["type"] == "extra_forbidden":
+        known = ", ".join(NightlyConfig.model_fields)
+        return f"unknown key {where!r} (the keys are: {known})"
+    if error["type"] == "missing":
+        return f"{where!r} is required"
+    if key in _EXPECTED:
+        return f"{where} = {error.get('input')!r}: should be {_EXPECTED[key]}"
+    message = str(error["msg"]).removeprefix("Input ").removeprefix("Value ")
+    return f"{where} = {error.get('input')!r}: {message}"
+
+
+_EXPECTED = {"sheet": "a sheet's name, or its position counting from 0"}
 
 
 def _resolved(path: Path, root: Path) -> Path:
