@@ -765,7 +765,7 @@ def test_a_stop_signal_mid_run_says_how_to_go_on_and_the_rerun_pays_only_the_res
             "--workspace", "acme", "--journal", journal, "--quiet"]  # fmt: skip
     assert main([*args, "--manifest", str(manifest)]) == 130
     err = capsys.readouterr().err
-    assert "interrupted; what was scored and paid is kept in the run journal" in err
+    assert "interrupted; what was paid is kept: the batches answered in the run journal" in err
     assert "Run the same command again to go on" in err
     record = json.loads(manifest.read_text())
     assert balance(db) == 5000 - 50  # one batch paid before the signal

@@ -172,8 +172,10 @@ def _interrupted(stop: KeyboardInterrupt) -> Interrupted:
     """The stop as an error that says how to go on, with what the run had paid (once it was
     charging) for its record, and its summary when it was stopped while writing."""
     error = Interrupted(
-        "interrupted; what was scored and paid is kept in the run journal. Run the same command "
-        "again to go on (nothing paid is paid twice):\n  " + command_line(sys.argv)
+        "interrupted; what was paid is kept: the batches answered in the run journal, the "
+        "requests of the batch under way by their idempotency keys (the next run replays them, "
+        "free). Run the same command again to go on (nothing paid is paid twice):\n  "
+        + command_line(sys.argv)
     )
     error.decisions_spent = getattr(stop, "decisions_spent", 0)  # type: ignore[attr-defined]
     error.balance_before = getattr(stop, "balance_before", None)  # type: ignore[attr-defined]
