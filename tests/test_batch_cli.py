@@ -815,3 +815,22 @@ def test_with_json_a_failed_run_still_prints_a_document(tmp_path, db, capsys):
     assert record["exit_code"] == 2 and "no such file" in record["error"]
     assert record["decisions_spent"] == 0 and "no such file" in out.err
     assert not list((ROOT / ".cache" / "journals").glob("nope-*"))  # no journal made for it
+
+
+def test_the_summary_names_an_encoding_detected_other_than_utf8(tmp_path, db, capsys):
+    # Found by UX review: a Windows-1256 or UTF-16 export was read right, but the summary
+    # never said how, so an analyst could not tell what was assumed.
+    text = "المدينة,الحي,نوع العقار,السعر,المساحة\nالرياض,الملقا,شقة,950000,140\n"
+    for name, data, said in (
+        ("arabic-excel.csv", text.encode("cp1256"), "cp1256 (Windows-1256, Arabic Excel's CSV)"),
+        (
+            "unicode.csv",
+            text.replace(",", "\t").encode("utf-16"),
+            "utf-16 (UTF-16, Excel's Unicode text)",
+        ),
+        ("plain.csv", text.encode(), None),
+    ):
+        (tmp_path / name).write_bytes(data)
+        capsys.readouterr()
+        assert score(db, str(tmp_path / name), "-o", str(tmp_path / "out.csv"), "--json") == 0
+        assert json.loads(capsys.readouterr().out)["notes"].get("Encoding") == said

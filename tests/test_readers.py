@@ -235,7 +235,7 @@ def test_xlsx_cells_come_back_as_the_text_a_user_sees(tmp_path: Path) -> None:
     assert result.renamed_headers == {"column_6": "", "Area_2": "Area"}
 
 
-@pytest.mark.parametrize("sheet", ["Other", 1, "1"])
+@pytest.mark.parametrize("sheet", ["Other", 1, "1", "other", " Other "])  # typed loosely
 def test_xlsx_sheet_by_name_or_position(tmp_path: Path, sheet: str | int) -> None:
     frame = read_table(write_xlsx(tmp_path / "book.xlsx"), sheet=sheet)
     assert frame.columns == ["only", "here"]

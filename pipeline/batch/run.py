@@ -149,12 +149,23 @@ def _mapped(
     return below.frame, below.mapping, note
 
 
+_ENCODING_NAMES = {
+    "cp1256": "Windows-1256, Arabic Excel's CSV",
+    "utf-16": "UTF-16, Excel's Unicode text",
+    "utf-16-le": "UTF-16 without a byte-order mark",
+    "utf-16-be": "UTF-16 without a byte-order mark",
+}
+
+
 def _reading_notes(read: ReadResult, header_note: str | None) -> list[tuple[str, object]]:
     """How the file was read, for the summary and the dry run: the sheet (and the sheets
     passed over), a header under a title, merged and error cells."""
     notes: list[tuple[str, object]] = []
     if read.encoding_overridden is not None:
         notes.append(("Encoding", f"{read.encoding} ({read.encoding_overridden})"))
+    elif read.encoding not in (None, "utf-8", "utf-8-sig"):  # UTF-8 goes without saying
+        named = _ENCODING_NAMES.get(read.encoding)
+        notes.append(("Encoding", f"{read.encoding} ({named})" if named else read.encoding))
     if read.sheet is not None:
         sheet = repr(read.sheet)
         if read.passed_over:

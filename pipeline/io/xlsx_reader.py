@@ -122,6 +122,11 @@ def _sheet_index(path: Path, names: list[str], sheet: str | int | None) -> int:
     if isinstance(sheet, str):
         if sheet in names:
             return names.index(sheet)
+        # Then as typed loosely: spaces around it, another case (Excel's own rule: sheet
+        # names are unique whatever their case).
+        alike = [i for i, n in enumerate(names) if n.strip().casefold() == sheet.strip().casefold()]
+        if len(alike) == 1:
+            return alike[0]
         if not sheet.strip().isdigit():
             raise InputError(
                 f"{path}: has no sheet named {sheet!r}; its sheets are "
