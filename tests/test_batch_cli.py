@@ -834,3 +834,38 @@ def test_the_summary_names_an_encoding_detected_other_than_utf8(tmp_path, db, ca
         capsys.readouterr()
         assert score(db, str(tmp_path / name), "-o", str(tmp_path / "out.csv"), "--json") == 0
         assert json.loads(capsys.readouterr().out)["notes"].get("Encoding") == said
+
+
+def test_places_without_a_benchmark_of_their_own_are_named_before_paying(tmp_path, db, capsys):
+    # Found by UX review: a district spelt unlike the official records (ملقا for الملقا) was
+    # scored against its city's benchmark, its verdict swung from match to no_match, and only
+    # the paid explanation said so.
+    source = tmp_path / "places.csv"
+    source.write_text(
+        "city,district,type,price,area\n"
+        "الرياض,الملقا,villa,3200000,400\n"
+        "الرياض,حي لا يعرف,villa,3200000,400\n"
+        "الرياض,حي لا يعرف,villa,3300000,400\n"
+        "مدينة لا تعرف,,villa,3200000,400\n"
+        "Riyadh,,villa,3200000,400\n",
+        encoding="utf-8",
+    )
+    said = (
+        "3 row(s): district 'حي لا يعرف' in الرياض (2); city 'مدينة لا تعرف' (1). A district "
+        "not found is scored against its city's benchmark, a city not found against the "
+        "national average: check the spelling"
+    )
+    capsys.readouterr()
+    assert score(db, str(source), "--dry-run", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["read_as"] == {
+        "Places without their own benchmark": said
+    }
+    assert score(db, str(source), "-o", str(tmp_path / "out.csv"), "--json") == 0
+    assert (
+        json.loads(capsys.readouterr().out)["notes"]["Places without their own benchmark"] == said
+    )
+    assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "p.csv"), "--json") == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes["Places without their own benchmark"].startswith(
+        "1 row(s): district 'حي خارج حدود الاحياء' in Riyadh (1)."
+    )

@@ -46,6 +46,7 @@ from pipeline.batch.positions import scattered
 from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_SCHEMA, clash_free_names
 from pipeline.batch.scorers.base import Scorer
 from pipeline.batch.summary import RunSummary
+from pipeline.batch.unmatched_places import unmatched_places
 from pipeline.batch.validate import reject_reasons
 from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import MissingColumnError, PipelineError, UnknownHeaderError, UsageError
@@ -735,6 +736,10 @@ def run_batch(
     valid = prepared.requests.filter(pl.lit(prepared.problems["error_code"].is_null()))
     keyed = distinct_requests(costed(valid, options.reasoning == "all", scorer.version))
     unique = keyed.filter(pl.col("first")).drop("first", "row_number")
+    table = scorer.benchmarks()
+    places = unmatched_places(valid, table) if table is not None else None
+    if places is not None:  # said before paying (the plan) and in the summary
+        prepared = replace(prepared, notes=[*prepared.notes, places])
     if dry_run:
         return make_plan(unique, prepared, keyed, scorer, journal, options, freshness_days)
 

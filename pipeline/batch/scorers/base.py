@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import polars as pl
 
 from pipeline.batch.budget import Budget
 from pipeline.batch.result_columns import RESULT_SCHEMA
+
+if TYPE_CHECKING:
+    from pipeline.engine.benchmarks import BenchmarkTable
 
 ProgressCallback = Callable[[int, int], None]  # (requests done so far, decisions spent so far)
 
@@ -72,6 +75,11 @@ class Scorer(Protocol):
 
     def balance(self) -> int | None:
         """The balance now, when the scorer can know it."""
+        ...
+
+    def benchmarks(self) -> BenchmarkTable | None:
+        """The benchmark tables answers are made with, when known here (embedded); None for a
+        remote service, whose tables may differ."""
         ...
 
     def batch_charged(self, batch_key: str) -> bool | None:

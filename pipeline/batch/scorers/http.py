@@ -38,7 +38,7 @@ import time
 import uuid
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import polars as pl
@@ -64,6 +64,9 @@ from pipeline.batch.scorers.retry import (
 from pipeline.batch.scorers.sending import Answer, Sender, build_sender
 from pipeline.batch.scorers.transport import KeepAliveTransport
 from pipeline.engine.schema import BENCHMARK_FIELDS, LOCATION_FIELDS, PROPERTY_FIELDS
+
+if TYPE_CHECKING:
+    from pipeline.engine.benchmarks import BenchmarkTable
 from pipeline.errors import UsageError
 
 log = logging.getLogger("pipeline.remote")
@@ -280,6 +283,9 @@ class HttpScorer:
 
     def balance(self) -> int | None:
         return self._balance
+
+    def benchmarks(self) -> BenchmarkTable | None:
+        return None  # the service's own, which may not be this package's
 
     def batch_charged(self, batch_key: str) -> bool | None:
         return None  # each request has its own key, and the service is asked only by sending

@@ -23,6 +23,7 @@ from pipeline.batch.scorers.base import (
     ProgressCallback,
     skipped_rows,
 )
+from pipeline.engine.benchmarks import BenchmarkTable
 from pipeline.engine.engine import Engine
 from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.engine.scoring import reported_percentiles
@@ -58,6 +59,9 @@ class LocalScorer:
 
     def batch_charged(self, batch_key: str) -> bool | None:
         return self.ledger.charged(self.workspace, batch_key)
+
+    def benchmarks(self) -> BenchmarkTable | None:
+        return self.engine.benchmarks
 
     def score(
         self, requests: pl.DataFrame, *, budget: Budget, progress: ProgressCallback | None = None

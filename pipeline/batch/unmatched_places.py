@@ -1,0 +1,52 @@
+"""Places the benchmark tables do not know, said before paying (the dry run) and in the summary.
+
+A district the tables do not know is scored against its city's benchmark, and a city they do
+not know against the national average: documented, but a listing's verdict can swing from
+match to no_match on a spelling, and the output says so only in the paid explanation (risk
+flag `city_level_benchmark`). The summary names the places, most rows first, so an analyst can
+fix a spelling (or a column mapping) before paying, or know which verdicts stand on less.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks
+
+NOTE = "Places without their own benchmark"
+SHOWN = 5  # places named; the rest counted
+
+
+def unmatched_places(requests: pl.DataFrame, table: BenchmarkTable) -> tuple[str, str] | None:
+    """The summary's note on the rows of `requests` (valid requests: city, district) whose
+    district, or city, has no benchmark of its own; None when every place has one."""
+    places = (
+        requests.filter(pl.col("city").is_not_null())
+        .group_by("city", "district")
+        .agg(rows=pl.len())
+    )
+    if places.is_empty():
+        return None
+    level = attach_benchmarks(places, table)["benchmark_level"]
+    missing = places.with_columns(level=level).filter(
+        pl.col("level").is_null()
+        | (pl.col("district").is_not_null() & (pl.col("level") != "district"))
+    )
+    if missing.is_empty():
+        return None
+    missing = missing.sort(["rows", "city", "district"], descending=[True, False, False])
+    named = [_place(row) for row in missing.head(SHOWN).iter_rows(named=True)]
+    more = missing.height - SHOWN
+    listed = "; ".join(named) + (f"; and {more} more place(s)" if more > 0 else "")
+    rows = int(missing["rows"].sum())
+    return (
+        NOTE,
+        f"{rows} row(s): {listed}. A district not found is scored against its city's "
+        "benchmark, a city not found against the national average: check the spelling",
+    )
+
+
+def _place(row: dict[str, object]) -> str:
+    if row["level"] is None:
+        return f"city {row['city']!r} ({row['rows']})"
+    return f"district {row['district']!r} in {row['city']} ({row['rows']})"
