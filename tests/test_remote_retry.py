@@ -5,8 +5,10 @@ The scorer is driven through an injected httpx.AsyncClient on a MockTransport (t
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import polars as pl
@@ -55,7 +57,7 @@ def requests(n: int) -> pl.DataFrame:
     )
 
 
-def scorer_with(handler: Callable[[httpx.Request], httpx.Response], **config: object) -> HttpScorer:
+def scorer_with(handler: Callable[[httpx.Request], Any], **config: object) -> HttpScorer:
     transport = httpx.MockTransport(handler)
     options = {"retry": RetryPolicy(attempts=4)} | config
     return HttpScorer(
@@ -118,7 +120,9 @@ def test_a_service_pacing_its_clients_is_waited_for_past_the_bound_on_attempts()
     assert "kept answering HTTP 429" in result["error_message"][0]
 
 
-@pytest.mark.parametrize(("first", "paid_now"), [(429, 0), (503, 1)])
+# A 409 on this run's first attempt: the key is being answered for an earlier run, which paid
+# (found by QA: counted as this run's spending and against its --budget).
+@pytest.mark.parametrize(("first", "paid_now"), [(429, 0), (409, 0), (503, 1)])
 def test_a_replay_after_a_429_was_paid_by_an_earlier_run_after_a_503_by_this_one(first, paid_now):
     # Found by QA: a replay answering a request first refused 429 (never charged) counted as
     # this run's spending and against its --budget; the ledger said an earlier run paid it.
@@ -384,3 +388,18 @@ def test_a_retry_after_of_zero_backs_off_instead():
     assert result["status"].to_list() == ["scored"]
     # Waits of at least half of 0.2, 0.4 and 0.8 s: 0.7 s in all (none at all before the fix).
     assert sent_at[-1] - sent_at[0] >= 0.69
+
+
+def test_requests_in_flight_that_settle_at_nothing_do_not_spend_a_small_budget():
+    # Found by QA: rows in doubt resent with --budget 3 --concurrency 8 held the budget while
+    # in flight, and the fourth worker stopped the run ("budget is spent") with nothing spent;
+    # each rerun got through three rows. Replays settle at nothing: wait for them.
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.01)  # the eight workers' requests in flight together
+        return httpx.Response(200, json=DECISION, headers={"Idempotent-Replayed": "true"})
+
+    scorer = scorer_with(handler, concurrency=8)
+    with scorer:
+        result = scorer.score(requests(20), budget=Budget(3))
+    assert result["status"].to_list() == ["scored"] * 20
+    assert result["decisions_used"].sum() == 0

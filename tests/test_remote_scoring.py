@@ -815,3 +815,27 @@ def test_the_reserve_holds_from_the_first_request(tmp_path, engine, small):
         outcome = score_remote(scorer, tmp_path / "o.parquet", source=small, reasoning="all")
         assert service.balance() == 1_000  # 3 decisions would have left 997 < 999
     assert outcome.exit_code == 3 and paid_rows(outcome) == 0
+
+
+def test_a_balance_stop_that_leaves_a_row_in_doubt_still_says_how_to_go_on(
+    tmp_path, engine, small, monkeypatch, capsys
+):
+    # Found by QA: a row cut short by the stop (charged, its answers lost) makes the run exit 1,
+    # and the message to top up and run the same command again, printed only on exit 3, was
+    # not printed at all: cron mailed a failure with nothing to act on.
+    from pipeline.cli import main
+
+    def answer_lost(key: str, attempt: int) -> str:
+        return "500" if key and zlib.crc32(key.encode()) % 40 == 0 else "pass"
+
+    with running_service(tmp_path, engine, balance=30) as service:
+        monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+        with running_proxy(service.url, answer_lost) as proxy:
+            argv = ["score", str(small), "-o", str(tmp_path / "out.parquet"), "--api-url",
+                    proxy.url, "--journal", str(tmp_path / "run.journal"), "--json"]  # fmt: skip
+            capsys.readouterr()
+            assert main(argv) == 1
+    said = capsys.readouterr()
+    record = json.loads(said.out)
+    assert record["status"]["failed"] >= 1 and record["status"]["skipped"] > 0
+    assert "Top up the workspace at the service" in said.err

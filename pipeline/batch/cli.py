@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 from pipeline.batch.columns import load_column_config
 from pipeline.batch.journal import job_input
 from pipeline.batch.progress import ProgressReporter
-from pipeline.batch.run import BatchOptions, BatchOutcome, Plan, run_batch
+from pipeline.batch.run import (
+    EXPLANATIONS_NOT_AFFORDED,
+    BatchOptions,
+    BatchOutcome,
+    Plan,
+    run_batch,
+)
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
 from pipeline.errors import Interrupted, PipelineError, UsageError
 from pipeline.settings import Settings
@@ -442,7 +448,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(manifest, ensure_ascii=False, indent=2))
     elif not args.quiet:
         print_summary(outcome, sys.argv)
-    if (args.json or args.quiet) and outcome.exit_code == 3:
+    if (args.json or args.quiet) and rows_left(outcome):
         # Rows were left: even a quiet run (cron mails what it prints) says how to go on,
         # on stderr, as stdout is for the JSON.
         print(run_again(outcome) + "\n  " + command_line(sys.argv), file=sys.stderr)
@@ -543,6 +549,17 @@ RUN_AGAIN_REMOTE = RUN_AGAIN.replace(
 )
 
 
+def rows_left(outcome: BatchOutcome) -> bool:
+    """Whether the budget or the balance left rows unscored or unexplained: exit 3, or exit 1
+    when a row also failed (one whose retries such a stop cut short stays in doubt)."""
+    s = outcome.summary
+    return (
+        s.exit_code == 3
+        or s.counts_by_status.get("skipped", 0) > 0
+        or bool(dict(s.notes).get(EXPLANATIONS_NOT_AFFORDED))
+    )
+
+
 def run_again(outcome: BatchOutcome) -> str:
     remote = dict(outcome.summary.notes).get("Scorer") == "remote"
     return RUN_AGAIN_REMOTE if remote else RUN_AGAIN
@@ -565,5 +582,5 @@ def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
         print(f"  {label:<{width}}  {shown}")
     for output in outcome.outputs:
         print(f"  wrote {output}")
-    if s.exit_code == 3:
+    if rows_left(outcome):
         print(run_again(outcome) + "\n  " + command_line(argv))

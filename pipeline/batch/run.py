@@ -58,6 +58,7 @@ from pipeline.ledger.base import COST_WITH_REASONING, cost_of
 ReasoningMode = Literal["none", "all", "borderline"]
 
 EXIT_OK, EXIT_FAILED, EXIT_UNSCORED = 0, 1, 3
+EXPLANATIONS_NOT_AFFORDED = "Explanations not afforded"  # a summary line
 # error_code of a borderline row scored but left without its explanation
 REASONING_SKIPPED, REASONING_FAILED = "reasoning_skipped", "reasoning_failed"
 
@@ -491,7 +492,7 @@ def summarise(
     statuses = _counts(results, "status", ("scored", "rejected", "skipped", "failed"))
     unexplained = _counts(results, "error_code", (REASONING_SKIPPED, REASONING_FAILED))
     if any(unexplained.values()):
-        notes = [*notes, ("Explanations not afforded", unexplained[REASONING_SKIPPED])]
+        notes = [*notes, (EXPLANATIONS_NOT_AFFORDED, unexplained[REASONING_SKIPPED])]
         notes += [("Explanations failed", unexplained[REASONING_FAILED])]
     return RunSummary(
         input_path=str(options.input),

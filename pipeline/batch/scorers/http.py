@@ -36,6 +36,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -253,6 +254,7 @@ class HttpScorer:
         self._balance: int | None = None
         self._in_flight_cost = 0
         self._in_flight = 0
+        self._retrying = 0  # requests in flight whose first attempt failed (paced, backing off)
         self._answered: asyncio.Future[None] | None = None
         self._stop: _Stop | None = None
         self._fatal: _Stop | None = None  # survives across score() calls (401, bad URL)
@@ -312,11 +314,12 @@ class HttpScorer:
         url = self.config.base_url.rstrip("/") + WORKSPACE_PATH
         headers = {k: v for k, v in self._headers.items() if k != "content-type"}
 
-        async def ask() -> Any:
-            return await client.get(url, headers=headers)
+        async def ask() -> Answer:
+            got = await client.get(url, headers=headers)
+            return Answer(got.status_code, got.headers, got.content, got.extensions.get("sends", 1))
 
         try:
-            response, attempts, _ = await send_with_retry(ask, self.config.retry, self._pause)
+            sent = await send_with_retry(ask, self.config.retry, self._pause)
         except RetriesExhausted as exc:
             # Nothing answers there (a wrong port, a service down): said before anything is
             # sent, and before an output of an earlier run is overwritten with failed rows.
@@ -324,6 +327,7 @@ class HttpScorer:
                 f"the service at {self.service} cannot be reached ({exc}); check --api-url "
                 "(DECISIONS_API_URL) and that the service is running"
             ) from None
+        response, attempts = sent.response, sent.attempts
         status = response.status_code
         if status == 401:
             raise UsageError(INVALID_KEY_MESSAGE)
@@ -334,7 +338,7 @@ class HttpScorer:
                 "run the same command again once it answers"
             )
         try:
-            body = response.json() if status == 200 else None
+            body = json.loads(response.content) if status == 200 else None
         except ValueError:
             body = None
         if not isinstance(body, dict):
@@ -422,8 +426,15 @@ class HttpScorer:
             if self.reserve:
                 reason = f"the workspace balance ({shown}) is down to --reserve {self.reserve}"
             return self._halt(_Stop("skipped", SKIPPED_BALANCE, reason))
-        if not budget.reserve(cost):
-            return self._halt(_Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent"))
+        while not budget.reserve(cost):
+            # Requests in flight hold their cost until answered, and rows in doubt often settle
+            # at nothing (replayed): wait for their answers, unless one of them is being retried
+            # (paced by 429s for minutes, perhaps): the budget stop then ends its retries.
+            if not self._in_flight or self._retrying:
+                return self._halt(_Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent"))
+            await self._an_answer()
+            if self._stop is not None:
+                return self._stop
         self._in_flight += 1
         self._in_flight_cost += cost
         spent = 0
@@ -438,9 +449,7 @@ class HttpScorer:
             self._in_flight -= 1
             self._in_flight_cost -= cost
             budget.settle(cost, spent)
-            if self._answered is not None:
-                self._answered.set_result(None)
-                self._answered = None
+            self._wake()
 
     async def _affordable(self, cost: int) -> bool:
         """Whether the known balance pays `cost` above the reserve, counting requests in flight.
@@ -459,9 +468,19 @@ class HttpScorer:
                 return True
             elif not self._in_flight:
                 return False
-            if self._answered is None:
-                self._answered = asyncio.get_running_loop().create_future()
-            await self._answered
+            await self._an_answer()
+
+    async def _an_answer(self) -> None:
+        """Until a request in flight is answered (or begins its retries)."""
+        if self._answered is None:
+            self._answered = asyncio.get_running_loop().create_future()
+        await self._answered
+
+    def _wake(self) -> None:
+        """Those waiting in `_an_answer` look again."""
+        if self._answered is not None:
+            self._answered.set_result(None)
+            self._answered = None
 
     def _halt(self, stop: _Stop, *, fatal: bool = False) -> _Stop:
         if self._stop is None or (fatal and self._stop.status != "failed"):
@@ -505,11 +524,34 @@ class HttpScorer:
                 self._transport, self.url, self._headers, self.config.timeout
             )
         sender, content, key = self._sender, request_body(row), row["idempotency_key"]
+        retrying = False
+
+        def failed() -> None:  # an attempt failed: the request is retried from now on
+            nonlocal retrying
+            if not retrying:
+                retrying = True
+                self._retrying += 1
+                self._wake()
 
         async def send() -> Answer:
             self.requests_sent += 1
-            return await sender(content, key)
+            try:
+                answer = await sender(content, key)
+            except BaseException:
+                failed()
+                raise
+            if answer.status_code in RETRY_STATUSES:
+                failed()
+            return answer
 
+        try:
+            return await self._sent(row, send)
+        finally:
+            self._retrying -= retrying
+
+    async def _sent(
+        self, row: dict[str, Any], send: Callable[[], Awaitable[Answer]]
+    ) -> dict[str, Any] | _Stop:
         try:
             sent = await send_with_retry(
                 send, self.config.retry, self._pause, stopped=self._stopped
@@ -549,8 +591,8 @@ class HttpScorer:
                 )
             if response.headers.get("idempotent-replayed") == "true":
                 # Paid for by an earlier run, and spends nothing now, unless an attempt of this
-                # run may have been charged (a 429 never was: it was refused, not lost).
-                if attempts - sent.paced == 1 and response.sends == 1:
+                # run may have been charged (a 429 or a 409 never was: it was refused, not lost).
+                if attempts - sent.refused == 1 and response.sends == 1:
                     scored[_REPLAYED] = True
             else:
                 self._saw_balance(body.get("decisions_remaining"))

@@ -126,14 +126,17 @@ class RetryableStatus(Exception):
 
 
 class Sent(NamedTuple):
-    """The final response of a request, and how many attempts it took: in all, and refused
-    429 on their only send (never charged: the service said when to come back instead). A 429
-    to a send the transport repeated (`Answer.sends`, an answer lost on a reused connection)
-    is not among `paced`: the lost send may have been charged."""
+    """The final response of a request, and how many attempts it took: in all; refused 429 on
+    their only send (`paced`: never charged, the service said when to come back instead); and
+    refused 429 or 409 on their only send (`refused`: a 409 is the same key still being
+    answered, charged by an earlier attempt, never by this one). A refusal of a send the
+    transport repeated (`Answer.sends`, an answer lost on a reused connection) is in neither:
+    the lost send may have been charged."""
 
     response: Answer
     attempts: int
     paced: int = 0
+    refused: int = 0
 
 
 class RetriesExhausted(Exception):
@@ -202,7 +205,7 @@ async def _retry(
 
     # throttled: attempts refused 429, not among `policy.attempts`; paced: those of them whose
     # only send was refused (never charged)
-    attempts = throttled = paced = 0
+    attempts = throttled = paced = refused = 0
 
     def stop(state: RetryCallState) -> bool:
         if stopped is not None and stopped.is_set():
@@ -232,14 +235,16 @@ async def _retry(
                     await pause.wait()
                     response = await send()
                     if response.status_code not in RETRY_STATUSES:
-                        return Sent(response, attempts, paced)
+                        return Sent(response, attempts, paced, refused)
                     failure = RetryableStatus(response)
-                if isinstance(failure, RetryableStatus) and failure.response.status_code == 429:
-                    throttled += 1
-                    paced += failure.response.sends == 1
+                if isinstance(failure, RetryableStatus):
+                    status, once = failure.response.status_code, failure.response.sends == 1
+                    throttled += status == 429
+                    paced += status == 429 and once
+                    refused += status in (409, 429) and once
                 raise failure
     except RetryableStatus as exc:
-        return Sent(exc.response, attempts, paced)
+        return Sent(exc.response, attempts, paced, refused)
     except _TRANSPORT_ERRORS as exc:
         raise RetriesExhausted(attempts, exc) from None
     raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
