@@ -514,6 +514,13 @@ def test_python_and_polars_paths_agree(table: BenchmarkTable, monkeypatch) -> No
             ("Riyadh", "No Such Place", "office"),
             ("Jeddah", None, None),
             ("جدة", "", "commercial"),
+            ("رياض", "ملقا", "villa"),
+            ("Riyadh", "الملقا (شمال الرياض)", "villa"),
+            ("الرياض", "Al-Malqa, Riyadh", "land"),
+            ("Riyadh", "الرياض - الملقا", None),
+            ("Riyadh", "Al Malqa Dist.", "apartment"),
+            ("Riyadh", "الملقا، جدة", "villa"),
+            ("طائف", None, "land"),
         ]
     )
     source = pl.concat([places, odd])

@@ -40,6 +40,9 @@ SAMPLES = [
     "Ḥiṭṭīn",
     "  Riyadh\t\n",
     "King Fahd District",
+    "Al Malqa Dist.",
+    "الملقا حي",
+    "حي حي",
     "al al malqa",
     "حي",
     "al",
@@ -127,6 +130,12 @@ def test_letter_variants() -> None:
 def test_digits_become_ascii() -> None:
     assert normalize_name("مخطط ٣٤") == "مخطط 34"
     assert normalize_name("مخطط ۳۴") == "مخطط 34"
+
+
+def test_district_words_after_the_name() -> None:
+    names = ["Al Malqa Dist.", "Al Malqa Dist", "Al Malqa District", "الملقا حي", "حي الملقا"]
+    assert {normalize_name(s) for s in names} == {"malqa", "الملقا"}
+    assert normalize_name("حي") == "حي"  # nothing but the word: kept, as before
 
 
 def test_empty_and_none() -> None:

@@ -127,7 +127,11 @@ def city_key(name: str | None) -> str | None:
 @lru_cache(maxsize=8192)
 def district_key(name: str | None, city: str | None = None) -> str | None:
     """The district key of one district name; `city` is a city key (see `city_key`)."""
-    key = normalize_name(name)
+    return district_alias(normalize_name(name), city)
+
+
+def district_alias(key: str | None, city: str | None = None) -> str | None:
+    """`district_key` of a name already normalised (`normalize_name`)."""
     if key is None:
         return None
     aliases = load_aliases()
@@ -148,8 +152,12 @@ def city_key_expr(expr: pl.Expr) -> pl.Expr:
 
 def district_key_expr(expr: pl.Expr, city_key: pl.Expr | None = None) -> pl.Expr:
     """`district_key` over a column of district names, `city_key` a column of city keys."""
+    return district_alias_expr(normalize_name_expr(expr), city_key)
+
+
+def district_alias_expr(key: pl.Expr, city_key: pl.Expr | None = None) -> pl.Expr:
+    """`district_key_expr` over names already normalised (`normalize_name_expr`)."""
     aliases = load_aliases()
-    key = normalize_name_expr(expr)
     anywhere = key.replace(aliases.districts)
     if city_key is None:
         return anywhere

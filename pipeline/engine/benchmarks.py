@@ -22,8 +22,8 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.engine.aliases import city_key, city_key_expr, district_key, district_key_expr
 from pipeline.engine.names import STRIP_WHITESPACE
+from pipeline.engine.places import Places
 
 DEFAULT_DIR = Path(__file__).parents[2] / "sample_data"
 
@@ -87,9 +87,10 @@ _INPUTS = ("city", "district", "type")
 # Working names of the inputs, so they cannot clash with columns the lookup creates.
 _TEMP = {"_city": "city", "_district": "district", "_type_in": "type"}
 # Inputs up to this many rows (or distinct city, district, type) are resolved in Python, with
-# `city_key` / `district_key` (microseconds a name) and dict look-ups; larger inputs by polars
+# `Places.city` / `Places.district` (microseconds a name) and dict look-ups; larger inputs by polars
 # expressions and joins, whose fixed cost (a few ms) pays off there. Both read the same
-# resolved table, and the name functions match their expressions (tests/test_names.py).
+# resolved table, and the name functions match their expressions (tests/test_names.py,
+# tests/test_places.py).
 _PYTHON_MAX = 256
 # Match keys: the benchmark place and type a row resolves to (null where it has none).
 _MATCH = ("_m_city", "_m_district", "_m_type")
@@ -143,6 +144,7 @@ class _Lookups:
     resolved: pl.DataFrame  # _MATCH + _RESOLVED, unique on _MATCH
     resolved_rows: dict[tuple[str | None, str | None, str | None], tuple]
     district_match: pl.DataFrame  # city_key, district_key, _m_district
+    places: Places  # names -> the keys above
     memo: _PlaceMemo = field(default_factory=_PlaceMemo)
 
 
@@ -284,6 +286,7 @@ def _build_lookups(bench: pl.DataFrame, market: pl.DataFrame, factors: pl.DataFr
         resolved=resolved,
         resolved_rows={row[:3]: row[3:] for row in rows},
         district_match=district_keys.with_columns(_m_district=pl.col("district_key")),
+        places=Places(city_keys.to_list(), district_keys.iter_rows()),
     )
 
 
@@ -373,21 +376,12 @@ def _default_table() -> BenchmarkTable:
     )
 
 
-@cache
-def _key_exprs() -> tuple[pl.Expr, pl.Expr]:
-    """city_key and district_key over the working columns (aliases load once per process)."""
-    return (
-        city_key_expr(pl.col("_city")),
-        district_key_expr(pl.col("_district"), pl.col("city_key")),
-    )
-
-
 def _resolve_row(
     city: str | None, district: str | None, type_: str | None, found: _Lookups
 ) -> tuple:
     """The attached columns (ATTACHED_SCHEMA, in order) of one (city, district, type)."""
-    ckey = city_key(city)
-    dkey = district_key(district, ckey)
+    ckey = found.places.city(city)
+    dkey = found.places.district(district, ckey)
     kind = None if type_ is None else type_.strip(STRIP_WHITESPACE).lower()
     match = (
         ckey if ckey in found.city_keys else None,
@@ -417,8 +411,7 @@ def attached_row(
 
 def _resolve_in_polars(keys: pl.DataFrame, found: _Lookups) -> pl.DataFrame:
     """`keys` (_city, _district, _type_in, ...) with the attached columns, by expressions."""
-    city, district = _key_exprs()
-    keys = keys.with_columns(city_key=city).with_columns(district_key=district)
+    keys = found.places.with_keys(keys, "_city", "_district")
     kind = pl.col("_type_in").str.strip_chars().str.to_lowercase()
     return (
         keys.join(found.district_match, on=["city_key", "district_key"], how="left")

@@ -19,7 +19,7 @@ The steps, in order (both implementations follow them exactly):
    commas, slashes and brackets become spaces.
 4. Collapse whitespace and trim.
 5. Drop leading `حي` and English articles (`al`, `el` and the assimilated `ar as ash ad
-   at az an adh ath`), and a trailing `district` / `neighborhood`.
+   at az an adh ath`), and a trailing `district` / `dist` / `neighborhood` / `حي`.
 
 The whitespace class is spelled out rather than `\\s`, because Python's and Rust's regex
 engines disagree on a few control characters. Marks are judged by the Unicode database of
@@ -64,7 +64,7 @@ STRIP_WHITESPACE = (
 )
 _WS = r"[\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
 _PREFIX = r"^(?:(?:حي|al|el|ar|as|ash|ad|at|az|an|adh|ath) )+"
-_SUFFIX = r"(?: (?:district|neighborhood|neighbourhood))+$"
+_SUFFIX = r"(?: (?:district|dist|neighborhood|neighbourhood|حي))+$"
 
 _TRANSLATE = str.maketrans({**_FOLD, **dict.fromkeys(_INVISIBLE, "")})
 _WS_RE = re.compile(_WS)
@@ -78,9 +78,12 @@ def normalize_name(s: str | None) -> str | None:
         return None
     s = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", s).lower())
     s = "".join(ch for ch in s if not unicodedata.category(ch).startswith("M"))
-    s = _WS_RE.sub(" ", s.translate(_TRANSLATE)).strip(" ")
-    s = _SUFFIX_RE.sub("", _PREFIX_RE.sub("", s))
-    return s or None
+    return strip_affixes(_WS_RE.sub(" ", s.translate(_TRANSLATE)).strip(" "))
+
+
+def strip_affixes(s: str) -> str | None:
+    """Step 5 alone, for a part of a name already normalised (words of its key)."""
+    return _SUFFIX_RE.sub("", _PREFIX_RE.sub("", s)) or None
 
 
 def normalize_name_expr(expr: pl.Expr) -> pl.Expr:
@@ -88,6 +91,10 @@ def normalize_name_expr(expr: pl.Expr) -> pl.Expr:
     e = expr.str.normalize("NFKD").str.to_lowercase().str.normalize("NFKD")
     e = e.str.replace_all(r"\p{M}", "")
     e = e.str.replace_many([*_FOLD, *_INVISIBLE], [*_FOLD.values(), *([""] * len(_INVISIBLE))])
-    e = e.str.replace_all(_WS, " ").str.strip_chars(" ")
-    e = e.str.replace(_PREFIX, "").str.replace(_SUFFIX, "")
+    return strip_affixes_expr(e.str.replace_all(_WS, " ").str.strip_chars(" "))
+
+
+def strip_affixes_expr(expr: pl.Expr) -> pl.Expr:
+    """`strip_affixes` as a polars expression."""
+    e = expr.str.replace(_PREFIX, "").str.replace(_SUFFIX, "")
     return pl.when(e != "").then(e)

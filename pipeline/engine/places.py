@@ -1,0 +1,183 @@
+"""The benchmark table's place for a name whose key the table does not hold as written.
+
+`city_key` and `district_key` give the key of what was written. People also write a place of
+the table in ways no alias lists; for a key the table does not hold, these are tried, in order
+(a name the table holds as written always wins):
+
+1. The Arabic article, which English spellings may already leave out (`Malqa`): `ملقا` finds
+   `الملقا`, `رياض` finds `الرياض`, and `النمار` finds `نمار`. A spelling that is itself a
+   place of the table keeps naming that place (`collisions` lists such pairs: a city with
+   both `الX` and `X` as districts).
+2. A district written with its city: `الملقا، الرياض`, `الرياض - الملقا`, `Al-Malqa, Riyadh`,
+   `الملقا (شمال الرياض)`. A known city's name at the end (after a direction word, `شمال`,
+   `north`..., or not) or at the start is dropped only when it names the row's own city,
+   and only if what is left is a district of that city (as written, or by step 1).
+
+`Places.city` / `Places.district` (one name, Python) and `Places.with_keys` (columns,
+polars expressions) follow the same steps; a test holds them to the same keys.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+
+import polars as pl
+
+from pipeline.engine.aliases import (
+    city_key,
+    city_key_expr,
+    district_alias,
+    district_alias_expr,
+    district_key,
+    load_aliases,
+)
+from pipeline.engine.names import (
+    normalize_name,
+    normalize_name_expr,
+    strip_affixes,
+    strip_affixes_expr,
+)
+
+_ARTICLE = "ال"
+# Joins a city key and a district key into one string key; neither can contain it.
+_SEP = "\x1f"
+# Words placing a district in its city: "الملقا (شمال الرياض)", "Al Malqa, North Riyadh".
+_DIRECTION = r"(?:(?:شمال|جنوب|شرق|غرب|وسط|(?:north|south|east|west|central)(?: of)?) )"
+# The articles normalize_name drops before a name, here before a city after the district.
+_ENGLISH_ARTICLE = r"(?:(?:al|el|ar|as|ash|ad|at|az|an|adh|ath) )"
+# Spellings put into the patterns as they are: letters and digits in words (all normalised
+# city names are); anything else would need escaping the two regex engines may read apart.
+_PLAIN = re.compile(r"[^\W_]+(?: [^\W_]+)*")
+
+
+def article_variant(key: str) -> str | None:
+    """An Arabic key with its leading article dropped, or with one added; None for a key
+    that is not Arabic or whose rest would be under two letters."""
+    if key.startswith(_ARTICLE):
+        rest = key[len(_ARTICLE) :]
+        return rest if len(rest) >= 2 and not rest.startswith(" ") else None
+    if "\u0620" <= key[:1] <= "\u064a":
+        return _ARTICLE + key
+    return None
+
+
+def _article_map(places: set[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """variant -> place for the places whose article variant names no other place, and the
+    (variant, place) pairs left out because the variant is a place of its own."""
+    named: dict[str, set[str]] = {}
+    for place in places:
+        variant = article_variant(place)
+        if variant is not None:
+            named.setdefault(variant, set()).add(place)
+    found: dict[str, str] = {}
+    clashes: list[tuple[str, str]] = []
+    for variant, targets in sorted(named.items()):
+        if variant in places or len(targets) > 1:
+            clashes.extend((variant, target) for target in sorted(targets))
+        else:
+            found[variant] = next(iter(targets))
+    return found, clashes
+
+
+class Places:
+    """The cities and districts of one benchmark table, and the keys other spellings of
+    them resolve to (see the module docstring)."""
+
+    def __init__(self, city_keys: Iterable[str], district_keys: Iterable[tuple[str, str]]):
+        cities = set(city_keys)
+        self.city_variants, self.collisions = _article_map(cities)
+        by_city: dict[str, set[str]] = {}
+        for city, district in district_keys:
+            by_city.setdefault(city, set()).add(district)
+        # city<SEP>spelling -> district key: each district by its key and its article variant.
+        self.districts: dict[str, str] = {}
+        self.district_variants = 0
+        for city, districts in sorted(by_city.items()):
+            variants, clashes = _article_map(districts)
+            self.districts |= {f"{city}{_SEP}{d}": d for d in districts}
+            self.districts |= {f"{city}{_SEP}{v}": d for v, d in variants.items()}
+            self.district_variants += len(variants)
+            self.collisions += [(f"{city}/{v}", f"{city}/{d}") for v, d in clashes]
+        spellings = sorted(
+            filter(_PLAIN.fullmatch, {*cities, *self.city_variants, *load_aliases().cities}),
+            key=lambda s: (-len(s), s),
+        )
+        names = "|".join(spellings)
+        # Tried in this order: the city at the end (a district may end with a direction
+        # word: ظهرة العودة شرق), after a direction word, at the start. The district part is
+        # lazy, so an English article goes with the city ("malqa ar riyadh").
+        at_end = rf"{_ENGLISH_ARTICLE}?(?P<city>{names})$"
+        self.patterns = (
+            rf"^(?P<part>.+?) {at_end}",
+            rf"^(?P<part>.+?) {_DIRECTION}{at_end}",
+            rf"^(?P<city>{names}) (?P<part>.+)$",
+        )
+        self._compiled = tuple(re.compile(pattern) for pattern in self.patterns)
+        self.city = lru_cache(maxsize=8192)(self._city)
+        self.district = lru_cache(maxsize=8192)(self._district)
+        # The city key of each spelling the patterns capture, looked up rather than computed.
+        self._city_of = {spelling: self._city(spelling) for spelling in spellings}
+
+    def _city(self, name: str | None) -> str | None:
+        """The city key of one name: the table's key where the name finds one."""
+        key = city_key(name)
+        return None if key is None else self.city_variants.get(key, key)
+
+    def _district(self, name: str | None, city: str | None) -> str | None:
+        """The district key of one name in `city` (a key from `Places.city`)."""
+        key = district_key(name, city)
+        if key is None or city is None:
+            return key
+        found = self.districts.get(f"{city}{_SEP}{key}")
+        if found is not None:
+            return found
+        text = normalize_name(name) or ""
+        for pattern in self._compiled:
+            match = pattern.match(text)
+            if match is not None and self._city_of[match["city"]] == city:
+                part = district_alias(strip_affixes(match["part"]), city)
+                found = self.districts.get(f"{city}{_SEP}{part}")
+                if found is not None:
+                    return found
+        return key
+
+    def city_expr(self, expr: pl.Expr) -> pl.Expr:
+        """`Places.city` over a column of city names."""
+        return city_key_expr(expr).replace(self.city_variants)
+
+    def with_keys(self, frame: pl.DataFrame, city: str, district: str) -> pl.DataFrame:
+        """`frame` with `city_key` and `district_key`: `Places.city` and `Places.district` of
+        its columns `city` and `district` (each name normalised once: the costly part)."""
+        text = "_places_text"
+        return (
+            frame.with_columns(
+                city_key=self.city_expr(pl.col(city)),
+                **{text: normalize_name_expr(pl.col(district))},
+            )
+            .with_columns(district_key=self._district_expr(pl.col(text), pl.col("city_key")))
+            .drop(text)
+        )
+
+    def _district_expr(self, text: pl.Expr, city: pl.Expr) -> pl.Expr:
+        """`Places.district` over normalised district names, `city` a column of city keys."""
+
+        def in_table(key: pl.Expr) -> pl.Expr:
+            joined = pl.concat_str([city, pl.lit(_SEP), key])
+            return joined.replace_strict(self.districts, default=None, return_dtype=pl.String)
+
+        key = district_alias_expr(text, city)
+        found = in_table(key)
+        # Only the names not found as written are searched for a city (null: skipped).
+        text = pl.when(found.is_null()).then(text)
+
+        def without_city(pattern: str) -> pl.Expr:
+            groups = text.str.extract_groups(pattern)
+            named = groups.struct.field("city").replace_strict(
+                self._city_of, default=None, return_dtype=pl.String
+            )
+            part = pl.when(named == city).then(groups.struct.field("part"))
+            return in_table(district_alias_expr(strip_affixes_expr(part), city))
+
+        return pl.coalesce(found, *map(without_city, self.patterns), key)
