@@ -825,8 +825,12 @@ def test_a_balance_stop_that_leaves_a_row_in_doubt_still_says_how_to_go_on(
     # not printed at all: cron mailed a failure with nothing to act on.
     from pipeline.cli import main
 
+    lost: list[str] = []  # the first request: charged, its answers lost on every attempt
+
     def answer_lost(key: str, attempt: int) -> str:
-        return "500" if key and zlib.crc32(key.encode()) % 40 == 0 else "pass"
+        if key and not lost:
+            lost.append(key)
+        return "500" if key and key == lost[0] else "pass"
 
     with running_service(tmp_path, engine, balance=30) as service:
         monkeypatch.setenv("DECISIONS_API_KEY", service.key)
