@@ -415,26 +415,27 @@ class HttpScorer:
 
     async def _one(self, row: dict[str, Any], budget: Budget) -> dict[str, Any] | _Stop:
         cost = row["cost"]
-        if self._stop is not None:
-            return self._stop
-        affordable = await self._affordable(cost)
-        if self._stop is not None:
-            return self._stop
-        if not affordable:
-            shown = self._balance
-            reason = f"the workspace balance ({shown}) is spent"
-            if self.reserve:
-                reason = f"the workspace balance ({shown}) is down to --reserve {self.reserve}"
-            return self._halt(_Stop("skipped", SKIPPED_BALANCE, reason))
-        while not budget.reserve(cost):
+        while True:
+            if self._stop is not None:
+                return self._stop
+            affordable = await self._affordable(cost)
+            if self._stop is not None:
+                return self._stop
+            if not affordable:
+                shown = self._balance
+                reason = f"the workspace balance ({shown}) is spent"
+                if self.reserve:
+                    reason = f"the workspace balance ({shown}) is down to --reserve {self.reserve}"
+                return self._halt(_Stop("skipped", SKIPPED_BALANCE, reason))
+            if budget.reserve(cost):
+                break
             # Requests in flight hold their cost until answered, and rows in doubt often settle
-            # at nothing (replayed): wait for their answers, unless one of them is being retried
-            # (paced by 429s for minutes, perhaps): the budget stop then ends its retries.
+            # at nothing (replayed): wait for their answers (then look at the balance again),
+            # unless one is being retried (paced by 429s for minutes, perhaps): the budget stop
+            # then ends its retries.
             if not self._in_flight or self._retrying:
                 return self._halt(_Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent"))
             await self._an_answer()
-            if self._stop is not None:
-                return self._stop
         self._in_flight += 1
         self._in_flight_cost += cost
         spent = 0
