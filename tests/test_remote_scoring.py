@@ -843,3 +843,28 @@ def test_a_balance_stop_that_leaves_a_row_in_doubt_still_says_how_to_go_on(
     record = json.loads(said.out)
     assert record["status"]["failed"] >= 1 and record["status"]["skipped"] > 0
     assert "Top up the workspace at the service" in said.err
+
+
+def test_an_explanation_that_failed_says_the_row_was_scored(tmp_path, service, small):
+    # Found by QA: a failed explanation's message was the request's ("the service answered
+    # HTTP 500 ..."), as if the row had failed; a skipped one's says "scored, but not explained".
+    seen: set[str] = set()
+    explaining = False
+
+    def explanations_fail(key: str, attempt: int) -> str:
+        if not explaining:
+            seen.add(key)
+        return "500" if explaining and key and key not in seen else "pass"
+
+    journal = Journal(tmp_path / "run.journal")
+    out = tmp_path / "out.parquet"
+    with running_proxy(service.url, explanations_fail) as proxy:
+        score_remote(remote(proxy.url, service.key), out, journal=journal, source=small)
+        explaining = True
+        outcome = score_remote(
+            remote(proxy.url, service.key), out, reasoning="borderline",
+            journal=Journal(tmp_path / "run.journal"), source=small,
+        )  # fmt: skip
+    unexplained = outcome.results.filter(pl.col("error_code") == "reasoning_failed")
+    assert unexplained.height > 0 and set(unexplained["status"]) == {"scored"}
+    assert unexplained["error_message"][0].startswith("scored, but not explained: the service")

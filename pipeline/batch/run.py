@@ -61,6 +61,8 @@ EXIT_OK, EXIT_FAILED, EXIT_UNSCORED = 0, 1, 3
 EXPLANATIONS_NOT_AFFORDED = "Explanations not afforded"  # a summary line
 # error_code of a borderline row scored but left without its explanation
 REASONING_SKIPPED, REASONING_FAILED = "reasoning_skipped", "reasoning_failed"
+# A row scored whose explanation was not afforded or failed: its message, said of the row.
+NOT_SCORED, NOT_EXPLAINED = "not scored: ", "scored, but not explained: "
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,7 +347,9 @@ def _merge_reasoning(results: pl.DataFrame, explained: pl.DataFrame) -> pl.DataF
         .then(code.otherwise(pl.lit(REASONING_FAILED)))
         .otherwise("error_code"),
         error_message=pl.when(missing)
-        .then(pl.col("_error").str.replace("^not scored: ", "scored, but not explained: "))
+        .then(
+            pl.concat_str(pl.lit(NOT_EXPLAINED), pl.col("_error").str.replace(f"^{NOT_SCORED}", ""))
+        )
         .otherwise("error_message"),
     )
     return merged.drop(*(f"_{c}" for c in reasoning_columns), "_used", "_status", "_error")
