@@ -403,3 +403,22 @@ def test_requests_in_flight_that_settle_at_nothing_do_not_spend_a_small_budget()
         result = scorer.score(requests(20), budget=Budget(3))
     assert result["status"].to_list() == ["scored"] * 20
     assert result["decisions_used"].sum() == 0
+
+
+@pytest.mark.parametrize("status", [409, 500])
+def test_a_request_retried_when_the_budget_runs_out_stays_in_doubt(status):
+    # Its retries ended by the stop: a 409 (its key being answered elsewhere) or a 500 may
+    # hide a charge, so it is in doubt, like a lost answer (found by QA: request_in_progress
+    # or service_unavailable, as if the service had failed).
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("idempotency-key") == "key-1":
+            return httpx.Response(200, json=DECISION)
+        return httpx.Response(status, json={"error": "x"}, headers={"Retry-After": "1"})
+
+    set_testing(False)
+    scorer = scorer_with(handler, concurrency=2)
+    with scorer:
+        result = scorer.score(requests(3), budget=Budget(2))
+    assert result["status"].to_list()[:2] == ["scored", "failed"]
+    assert result["error_code"][1] == "in_doubt"
+    assert scorer.stop_message is None

@@ -614,7 +614,7 @@ class HttpScorer:
             return self._halt(stop, fatal=True)
         if status == 422 and code == "validation_error":
             return _error_row(request_id, "rejected", code, message, body.get("field"))
-        if status in (429, *UNAVAILABLE_STATUSES) and self._stopped_for_money():
+        if status in RETRY_STATUSES and self._stopped_for_money():
             if status == 429 and attempts == sent.paced:
                 # Every attempt was refused 429: never charged, so it takes the run's stop.
                 return self._stop
