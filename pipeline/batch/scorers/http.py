@@ -65,10 +65,10 @@ from pipeline.batch.scorers.retry import (
 from pipeline.batch.scorers.sending import Answer, Sender, build_sender
 from pipeline.batch.scorers.transport import KeepAliveTransport
 from pipeline.engine.schema import BENCHMARK_FIELDS, LOCATION_FIELDS, PROPERTY_FIELDS
+from pipeline.errors import UsageError
 
 if TYPE_CHECKING:
     from pipeline.engine.benchmarks import BenchmarkTable
-from pipeline.errors import UsageError
 
 log = logging.getLogger("pipeline.remote")
 
