@@ -254,7 +254,8 @@ class HttpScorer:
         self._balance: int | None = None
         self._in_flight_cost = 0
         self._in_flight = 0
-        self._retrying = 0  # requests in flight whose first attempt failed (paced, backing off)
+        self._retrying = 0  # requests in flight retried after a failure (not a 429: paced)
+        self._budget_waiting = 0  # workers waiting for requests in flight to free the budget
         self._answered: asyncio.Future[None] | None = None
         self._stop: _Stop | None = None
         self._fatal: _Stop | None = None  # survives across score() calls (401, bad URL)
@@ -415,6 +416,8 @@ class HttpScorer:
 
     async def _one(self, row: dict[str, Any], budget: Budget) -> dict[str, Any] | _Stop:
         cost = row["cost"]
+        if self._budget_waiting:
+            await asyncio.sleep(0)  # the workers the last answer woke take the budget it freed
         while True:
             if self._stop is not None:
                 return self._stop
@@ -431,11 +434,16 @@ class HttpScorer:
                 break
             # Requests in flight hold their cost until answered, and rows in doubt often settle
             # at nothing (replayed): wait for their answers (then look at the balance again),
-            # unless one is being retried (paced by 429s for minutes, perhaps): the budget stop
-            # then ends its retries.
+            # unless one is being retried after a failure (a lost answer, a 5xx: perhaps for
+            # a minute): the budget stop then ends its retries. (A request paced by 429s is
+            # waited for: it was refused, and its pace is the service's.)
             if not self._in_flight or self._retrying:
                 return self._halt(_Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent"))
-            await self._an_answer()
+            self._budget_waiting += 1
+            try:
+                await self._an_answer()
+            finally:
+                self._budget_waiting -= 1
         self._in_flight += 1
         self._in_flight_cost += cost
         spent = 0
@@ -541,7 +549,7 @@ class HttpScorer:
             except BaseException:
                 failed()
                 raise
-            if answer.status_code in RETRY_STATUSES:
+            if answer.status_code in RETRY_STATUSES and answer.status_code != 429:
                 failed()
             return answer
 
