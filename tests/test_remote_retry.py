@@ -430,11 +430,10 @@ def test_requests_in_flight_that_settle_at_nothing_do_not_spend_a_small_budget()
     assert result["decisions_used"].sum() == 0
 
 
-@pytest.mark.parametrize("status", [409, 500])
+@pytest.mark.parametrize("status", [408, 500])
 def test_a_request_retried_when_the_budget_runs_out_stays_in_doubt(status):
-    # Its retries ended by the stop: a 409 (its key being answered elsewhere) or a 500 may
-    # hide a charge, so it is in doubt, like a lost answer (found by QA: request_in_progress
-    # or service_unavailable, as if the service had failed).
+    # Its retries ended by the stop: a 408 or a 500 may hide a charge, so it is in doubt, like
+    # a lost answer (found by QA: service_unavailable, as if the service had failed).
     def handler(request: httpx.Request) -> httpx.Response:
         if request.headers.get("idempotency-key") == "key-1":
             return httpx.Response(200, json=DECISION)
@@ -465,3 +464,26 @@ def test_rows_waiting_for_the_budget_go_before_rows_taken_after_them():
         result = scorer.score(requests(24), budget=Budget(1))
     assert result["status"].to_list()[:12] == ["scored"] * 12
     assert result["decisions_used"].sum() <= 1
+
+
+def test_a_request_refused_409_holding_the_budget_is_waited_for():
+    # Found by QA: rerun within two minutes of a crash, the earlier run's requests are still
+    # "in progress" (409); with --budget 1 the stop cut them short and the run spent nothing.
+    # A 409 is refused, never charged: its answer (a replay) is waited for.
+    seen: dict[str | None, int] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        key = request.headers.get("idempotency-key")
+        seen[key] = seen.get(key, 0) + 1
+        if key == "key-1" and seen[key] <= 2:
+            return httpx.Response(
+                409, json={"error": "request_in_progress"}, headers={"Retry-After": "1"}
+            )
+        return httpx.Response(200, json=DECISION, headers={"Idempotent-Replayed": "true"})
+
+    set_testing(False)
+    scorer = scorer_with(handler, concurrency=2)
+    with scorer:
+        result = scorer.score(requests(4), budget=Budget(1))
+    assert result["status"].to_list() == ["scored"] * 4
+    assert result["decisions_used"].sum() == 0

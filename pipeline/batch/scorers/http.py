@@ -435,8 +435,8 @@ class HttpScorer:
             # Requests in flight hold their cost until answered, and rows in doubt often settle
             # at nothing (replayed): wait for their answers (then look at the balance again),
             # unless one is being retried after a failure (a lost answer, a 5xx: perhaps for
-            # a minute): the budget stop then ends its retries. (A request paced by 429s is
-            # waited for: it was refused, and its pace is the service's.)
+            # a minute): the budget stop then ends its retries. (A request paced by 429s, or
+            # refused 409 while an earlier run's is answered, is waited for: never charged.)
             if not self._in_flight or self._retrying:
                 return self._halt(_Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent"))
             self._budget_waiting += 1
@@ -549,8 +549,8 @@ class HttpScorer:
             except BaseException:
                 failed()
                 raise
-            if answer.status_code in RETRY_STATUSES and answer.status_code != 429:
-                failed()
+            if answer.status_code in RETRY_STATUSES and answer.status_code not in (409, 429):
+                failed()  # (a 429 or a 409 was refused, never charged: waited for)
             return answer
 
         try:
