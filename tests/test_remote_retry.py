@@ -157,18 +157,20 @@ def test_a_request_being_paced_when_the_balance_runs_out_is_skipped_not_a_failur
     assert scorer.stop_message is None  # no failure of the service to report
 
 
-def test_a_paced_request_holding_the_budget_is_waited_for():
-    # Found by QA: behind a rate limit, rows in doubt resent under --budget 3 stopped the run
-    # with nothing spent: a request paced by 429s counted as one failing, and the budget stop
-    # cut it short. A 429 is refused, not failed: its answer is waited for (here a replay,
-    # free), and the rows after it go on.
+@pytest.mark.parametrize(("status", "code"), [(429, "rate_limited"), (409, "request_in_progress")])
+def test_a_refused_request_holding_the_budget_is_waited_for(status, code):
+    # Found by QA: behind a rate limit (429), or rerun within two minutes of a crash while the
+    # earlier run's requests are still in progress (409), rows in doubt resent under a small
+    # --budget stopped the run with nothing spent: the refused request counted as one failing,
+    # and the budget stop cut it short. Refused is never charged: its answer is waited for
+    # (here a replay, free), and the rows after it go on.
     refused: dict[str | None, int] = {}
 
     def handler(request: httpx.Request) -> httpx.Response:
         key = request.headers.get("idempotency-key")
         refused[key] = refused.get(key, 0) + 1
         if key == "key-1" and refused[key] <= 2:
-            return httpx.Response(429, json={"error": "rate_limited"}, headers={"Retry-After": "1"})
+            return httpx.Response(status, json={"error": code}, headers={"Retry-After": "1"})
         return httpx.Response(200, json=DECISION, headers={"Idempotent-Replayed": "true"})
 
     set_testing(False)
@@ -464,26 +466,3 @@ def test_rows_waiting_for_the_budget_go_before_rows_taken_after_them():
         result = scorer.score(requests(24), budget=Budget(1))
     assert result["status"].to_list()[:12] == ["scored"] * 12
     assert result["decisions_used"].sum() <= 1
-
-
-def test_a_request_refused_409_holding_the_budget_is_waited_for():
-    # Found by QA: rerun within two minutes of a crash, the earlier run's requests are still
-    # "in progress" (409); with --budget 1 the stop cut them short and the run spent nothing.
-    # A 409 is refused, never charged: its answer (a replay) is waited for.
-    seen: dict[str | None, int] = {}
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        key = request.headers.get("idempotency-key")
-        seen[key] = seen.get(key, 0) + 1
-        if key == "key-1" and seen[key] <= 2:
-            return httpx.Response(
-                409, json={"error": "request_in_progress"}, headers={"Retry-After": "1"}
-            )
-        return httpx.Response(200, json=DECISION, headers={"Idempotent-Replayed": "true"})
-
-    set_testing(False)
-    scorer = scorer_with(handler, concurrency=2)
-    with scorer:
-        result = scorer.score(requests(4), budget=Budget(1))
-    assert result["status"].to_list() == ["scored"] * 4
-    assert result["decisions_used"].sum() == 0
