@@ -152,9 +152,26 @@ def test_borderline_reasoning_only_for_partial_verdicts(tmp_path, db):
     explained = frame.filter(pl.col("reasoning_en").is_not_null())
     assert set(explained["verdict"]) == {"partial"}
     assert frame.filter(pl.col("verdict") == "partial")["reasoning_ar"].null_count() == 0
+    factors = explained["key_factors"]
+    assert factors.str.contains("; It is ", literal=True).all()  # the factors, one cell
+    assert not factors.str.contains(".;", literal=True).any()  # not "there.; It is"
     first = explained.filter(pl.col("decisions_used") > 0)
     assert set(first["decisions_used"]) == {4}
     assert balance(db) == 5000 - frame["decisions_used"].sum()
+
+
+def test_a_row_skipped_in_borderline_mode_says_what_its_explanation_would_add(tmp_path):
+    db = str(tmp_path / "ledger.db")
+    assert main(["workspace", "create", "small", "--balance", "100", "--db", db]) == 0
+    out = tmp_path / "scored.csv"
+    command = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(out), "--db", db,
+               "--workspace", "small", "--reasoning", "borderline", "--quiet"]  # fmt: skip
+    assert main(command) == 3
+    skipped = pl.read_csv(out, infer_schema=False).filter(pl.col("status") == "skipped")
+    assert skipped.height > 0
+    message = skipped["error_message"][0]
+    assert "needs 1 decision(s), and 3 more if it scores partial (its explanation);" in message
+    assert message.endswith("top up the workspace, then run the same command again")
 
 
 def test_explanations_the_balance_could_not_pay_are_fetched_by_the_next_run(tmp_path, capsys):

@@ -283,6 +283,7 @@ def score_requests(
     results = _without_explanations(results, explained_before)
     if mode != "borderline":
         return results
+    results = _with_explanation_cost(results)
     partial_ids = results.filter(pl.col("verdict") == "partial").select("request_id")
     if partial_ids.is_empty():
         return results
@@ -298,6 +299,18 @@ def score_requests(
 
 
 REASONING_COLUMNS = ("reasoning_en", "reasoning_ar", "key_factors", "risk_flags")
+
+
+def _with_explanation_cost(results: pl.DataFrame) -> pl.DataFrame:
+    """Borderline mode: a row the scoring pass skipped says what a partial verdict adds, so a
+    top-up sized on the messages is not short by the explanations."""
+    more = f"decision(s), and {COST_WITH_REASONING} more if it scores partial (its explanation);"
+    skipped = pl.col("status") == "skipped"
+    return results.with_columns(
+        error_message=pl.when(skipped)
+        .then(pl.col("error_message").str.replace("decision(s);", more, literal=True))
+        .otherwise("error_message")
+    )
 
 
 def _first_pass(

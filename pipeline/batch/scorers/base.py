@@ -13,7 +13,7 @@ rows it did not send come back `skipped` with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
@@ -30,6 +30,13 @@ ProgressCallback = Callable[[int, int], None]  # (requests done so far, decision
 SKIPPED_BUDGET = "budget_exhausted"
 SKIPPED_BALANCE = "insufficient_decisions"
 LIST_SEPARATOR = "; "  # joins key_factors and risk_flags in flat files
+
+
+def flat_list(items: Sequence[str]) -> str:
+    """A list of the response (key_factors, risk_flags) as one cell of a flat file: a factor's
+    closing full stop is dropped, so the joined text does not read "there.; It is"."""
+    return LIST_SEPARATOR.join(item.removesuffix(".") for item in items)
+
 
 OUTPUT_SCHEMA: dict[str, pl.DataType] = {
     "request_id": pl.Int64(),

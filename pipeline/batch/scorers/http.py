@@ -46,11 +46,11 @@ import polars as pl
 
 from pipeline.batch.budget import Budget
 from pipeline.batch.scorers.base import (
-    LIST_SEPARATOR,
     OUTPUT_SCHEMA,
     SKIPPED_BALANCE,
     SKIPPED_BUDGET,
     ProgressCallback,
+    flat_list,
     skipped_rows,
 )
 from pipeline.batch.scorers.retry import (
@@ -164,8 +164,8 @@ def _scored(request_id: int, body: dict[str, Any]) -> dict[str, Any]:
     if reasoning is not None:
         row["reasoning_en"] = reasoning["reasoning_en"]
         row["reasoning_ar"] = reasoning["reasoning_ar"]
-        row["key_factors"] = LIST_SEPARATOR.join(reasoning["key_factors"])
-        row["risk_flags"] = LIST_SEPARATOR.join(reasoning["risk_flags"])
+        row["key_factors"] = flat_list(reasoning["key_factors"])
+        row["risk_flags"] = flat_list(reasoning["risk_flags"])
     return row
 
 

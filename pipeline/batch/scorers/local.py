@@ -16,11 +16,11 @@ import polars_hash  # noqa: F401  (registers the .chash namespace)
 from pipeline.batch.budget import Budget
 from pipeline.batch.positions import scattered
 from pipeline.batch.scorers.base import (
-    LIST_SEPARATOR,
     OUTPUT_SCHEMA,
     SKIPPED_BALANCE,
     SKIPPED_BUDGET,
     ProgressCallback,
+    flat_list,
     skipped_rows,
 )
 from pipeline.engine.benchmarks import BenchmarkTable
@@ -207,8 +207,8 @@ def _with_reasoning(engine: Engine, scored: pl.DataFrame) -> pl.DataFrame:
             "request_id": wanted["request_id"],
             "reasoning_en": [e.reasoning_en for e in explained],
             "reasoning_ar": [e.reasoning_ar for e in explained],
-            "key_factors": [LIST_SEPARATOR.join(e.key_factors) for e in explained],
-            "risk_flags": [LIST_SEPARATOR.join(e.risk_flags) for e in explained],
+            "key_factors": [flat_list(e.key_factors) for e in explained],
+            "risk_flags": [flat_list(e.risk_flags) for e in explained],
         },
         schema_overrides={c: pl.String for c in _REASONING_COLUMNS},
     )
