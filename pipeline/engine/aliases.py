@@ -22,7 +22,11 @@ _SEP = "\x1f"
 # Words around a city's name that name no other city: "مدينة الرياض", "محافظة الخرج",
 # "Riyadh City", "City of Riyadh", "Al Kharj Governorate" (normalised: ة -> ه, lower case).
 # No city of the table begins or ends so; districts can ("مدينة العمال"), so they keep them.
-_CITY_WORDS = r"^(?:مدينه|محافظه|city of|governorate of) | (?:city|governorate)$"
+# The country after a city: "الرياض، السعودية", "Riyadh, Saudi Arabia", "Riyadh City, KSA".
+COUNTRY = r"(?:saudi arabia|kingdom of saudi arabia|ksa|السعوديه|المملكه العربيه السعوديه)"
+CITY_BEFORE = r"(?:مدينه|محافظه|city of|governorate of)"
+CITY_AFTER = r"(?:city|governorate)"
+_CITY_WORDS = rf"^{CITY_BEFORE} | {CITY_AFTER}(?: {COUNTRY})?$| {COUNTRY}$"
 
 
 @dataclass(frozen=True)

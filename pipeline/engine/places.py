@@ -9,9 +9,10 @@ the table in ways no alias lists; for a key the table does not hold, these are t
    place of the table keeps naming that place (`collisions` lists such pairs: a city with
    both `الX` and `X` as districts).
 2. A district written with its city: `الملقا، الرياض`, `الرياض - الملقا`, `Al-Malqa, Riyadh`,
-   `الملقا (شمال الرياض)`. A known city's name at the end (after a direction word, `شمال`,
-   `north`..., or not) or at the start is dropped only when it names the row's own city,
-   and only if what is left is a district of that city (as written, or by step 1).
+   `الملقا (شمال الرياض)`, `الملقا، مدينة الرياض، السعودية`. A known city's name at the end
+   (after a direction word, `شمال`, `north`..., or not; with its `مدينة` / `city` and the
+   country, or not) or at the start is dropped only when it names the row's own city, and
+   only if what is left is a district of that city (as written, or by step 1).
 
 `Places.city` / `Places.district` (one name, Python) and `Places.with_keys` (columns,
 polars expressions) follow the same steps; a test holds them to the same keys.
@@ -26,6 +27,9 @@ from functools import lru_cache
 import polars as pl
 
 from pipeline.engine.aliases import (
+    CITY_AFTER,
+    CITY_BEFORE,
+    COUNTRY,
     city_key,
     city_key_expr,
     district_alias,
@@ -108,7 +112,10 @@ class Places:
         # Tried in this order: the city at the end (a district may end with a direction
         # word: ظهرة العودة شرق), after a direction word, at the start. The district part is
         # lazy, so an English article goes with the city ("malqa ar riyadh").
-        at_end = rf"{_ENGLISH_ARTICLE}?(?P<city>{names})$"
+        at_end = (
+            rf"(?:{CITY_BEFORE} )?{_ENGLISH_ARTICLE}?(?P<city>{names})"
+            rf"(?: {CITY_AFTER})?(?: {COUNTRY})?$"
+        )
         self.patterns = (
             rf"^(?P<part>.+?) {at_end}",
             rf"^(?P<part>.+?) {_DIRECTION}{at_end}",
