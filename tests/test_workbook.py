@@ -166,6 +166,17 @@ def test_arabic_text_reads_right_to_left(book: Workbook) -> None:
     assert sheet["C3"].alignment.readingOrder in (0, None)
 
 
+def test_an_arabic_table_is_a_right_to_left_sheet(book: Workbook, tmp_path: Path) -> None:
+    assert not book["Results"].sheet_view.rightToLeft  # one Arabic header of four
+    arabic = {"title": "الوصف", "price": "السعر", "city": "المدينة"}
+    path = tmp_path / "arabic.xlsx"
+    write(path, make_results().rename(arabic))  # three of four
+    workbook = openpyxl.load_workbook(path)
+    assert workbook["Results"].sheet_view.rightToLeft
+    assert not workbook["Summary"].sheet_view.rightToLeft  # English labels
+    assert not workbook["Rejects"].sheet_view.rightToLeft
+
+
 def test_frozen_header_and_autofilter(book: Workbook) -> None:
     results = book["Results"]
     last = get_column_letter(make_results().width)

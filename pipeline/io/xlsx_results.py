@@ -47,6 +47,13 @@ def write_header(sheet: Worksheet, formats: Formats, columns: Iterable[str]) -> 
         )
 
 
+def _arabic_headers(columns: list[str]) -> bool:
+    """Whether most of the input's own headers (those before the result columns, which start
+    at `row_number`) read right to left: an Arabic table, shown as Arabic Excel shows one."""
+    own = columns[: columns.index("row_number")] if "row_number" in columns else columns
+    return sum(map(reads_right_to_left, own)) * 2 > len(own)
+
+
 def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame) -> None:
     """Write `frame` (already through `prepare_for_excel`) with a header row at row 0."""
     columns = frame.columns
@@ -59,6 +66,8 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     for index, width in enumerate(widths):
         sheet.set_column(index, index, width)
     write_header(sheet, formats, columns)
+    if _arabic_headers(columns):
+        sheet.right_to_left()
     sheet.freeze_panes(1, 0)
     sheet.repeat_rows(0)
     sheet.set_landscape()
