@@ -167,11 +167,36 @@ def test_two_authorization_headers_are_refused(service: Service) -> None:
     assert service.balance() == 100
 
 
-@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
-def test_wrong_content_type(service: Service, content_type: str | None) -> None:
-    headers = {"Content-Type": content_type} if content_type else {}
-    response = service.post(content=b'{"a": 1}', headers=headers)
-    assert_error(response, 415, "unsupported_media_type")
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Content-Type": "text/plain"},
+        {"Content-Type": "application/x-www-form-urlencoded"},  # curl -d without -H
+        {"Content-Type": "application/json; charset=latin-1"},
+        {"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    ],
+)
+def test_wrong_content_type(service: Service, headers: dict[str, str]) -> None:
+    response = service.post(content=json_of(body()).encode(), headers=headers)
+    payload = assert_error(response, 415, "unsupported_media_type")
+    if "Content-Encoding" in headers:
+        assert "uncompressed" in str(payload["message"])
+    assert service.balance() == 100
+
+
+def test_a_body_without_a_content_type_is_read_as_json(service: Service) -> None:
+    # The spec marks only Authorization as required.
+    response = service.post(content=json_of(body()).encode())
+    assert "content-type" not in response.request.headers
+    assert response.status_code == 200, response.text
+    assert service.balance() == 99
+
+
+def test_malformed_json_is_said_once(service: Service) -> None:
+    response = service.post(content=b'{"a": 1', headers={"Content-Type": "application/json"})
+    message = str(assert_error(response, 400, "invalid_json")["message"])
+    assert message.startswith("the request body is not valid JSON: EOF while parsing")
+    assert "Invalid JSON" not in message
 
 
 def test_content_type_with_charset_is_json(service: Service) -> None:

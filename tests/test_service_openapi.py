@@ -47,6 +47,10 @@ def test_document_names_every_status_and_body(live: Service) -> None:
         schemas
     )
     assert schemas["DecisionRequest"]["required"] == ["property", "location", "reasoning"]
+    error = schemas["ErrorBody"]
+    assert error["required"] == ["error", "message"]
+    assert error["properties"]["field"]["type"] == "string"  # absent when not said, not null
+    assert error["properties"]["balance"]["type"] == "integer"
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert "/_bench/bare" not in document["paths"]
 

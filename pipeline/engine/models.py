@@ -37,7 +37,7 @@ class Property(BaseModel):
         json_schema_extra=_bounds("price", exclusiveMinimum=0),
     )
     area: float = Field(
-        description="Total area in m2; > 0.",
+        description="Total area in m2; a positive number, at least 0.01.",
         json_schema_extra=_bounds("area", minimum=MINIMUM_AREA),
     )
     bedrooms: float | None = Field(

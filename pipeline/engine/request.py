@@ -53,7 +53,7 @@ def _refuse_non_json_numbers(body: bytes | str) -> None:
         try:
             from_json(raw, allow_inf_nan=False)
         except ValueError as exc:
-            raise InvalidJson(f"the request body is not valid JSON: {exc}") from None
+            raise _invalid_json(f"NaN and Infinity are not JSON numbers ({exc})") from None
 
 
 def _translate(exc: ValidationError) -> RequestValidationError:
@@ -65,8 +65,12 @@ def _translate(exc: ValidationError) -> RequestValidationError:
     if kind in _TYPE_WORDS:
         return RequestValidationError(path, f"{path} must be {_TYPE_WORDS[kind]}")
     if kind == "json_invalid":
-        return InvalidJson(f"the request body is not valid JSON: {error['msg']}")
+        return _invalid_json(error["msg"].removeprefix("Invalid JSON: "))
     return RequestValidationError(path, f"{path}: {error['msg']}")
+
+
+def _invalid_json(detail: str) -> InvalidJson:
+    return InvalidJson(f"the request body is not valid JSON: {detail}")
 
 
 _FLOATS = frozenset(c for c, dtype in REQUEST_SCHEMA.items() if dtype == pl.Float64)

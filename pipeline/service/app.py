@@ -97,6 +97,7 @@ def create_app(
             authorization=_authorization(request),
             content_type=request.headers.get("content-type"),
             body=await read_body(request, max_body_bytes),
+            content_encoding=request.headers.get("content-encoding"),
             idempotency_key=request.headers.get("idempotency-key"),
             idempotency_key_repeated=len(request.headers.getlist("idempotency-key")) > 1,
             alone=activity.alone(_connection(request)),

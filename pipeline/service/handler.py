@@ -49,6 +49,7 @@ class Incoming:
     authorization: str | None
     content_type: str | None
     body: bytes | None  # None: larger than the limit, not read
+    content_encoding: str | None = None
     idempotency_key: str | None = None
     idempotency_key_repeated: bool = False  # two Idempotency-Key headers: which one is meant?
     alone: bool = False  # no other client is being served (see pipeline.service.activity)
@@ -66,14 +67,42 @@ def bearer_token(authorization: str | None) -> str:
     return token.strip()  # its format and checksum: AccountStore.authenticate
 
 
-def check_content_type(content_type: str | None) -> None:
-    media_type = (content_type or "").partition(";")[0].strip().lower()
-    if media_type != "application/json":
+def check_content_type(content_type: str | None, content_encoding: str | None = None) -> None:
+    """ApiError 415 for a body that is not JSON, not UTF-8 or compressed. The spec lists
+    Content-Type without marking it required (only Authorization is): a body sent without
+    one is read as JSON."""
+    if content_encoding is not None and content_encoding.strip().lower() not in ("", "identity"):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"send the request body uncompressed: Content-Encoding {content_encoding.strip()!r}"
+            " is not accepted",
+        )
+    if not (content_type or "").strip():
+        return
+    media_type, _, parameters = content_type.partition(";")
+    if media_type.strip().lower() != "application/json":
         raise ApiError(
             415,
             "unsupported_media_type",
             "send the request body as JSON with the header Content-Type: application/json",
         )
+    charset = _parameter(parameters, "charset")
+    if charset is not None and charset.lower() not in ("utf-8", "utf8"):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"send the request body as UTF-8 JSON (charset={charset} is not accepted)",
+        )
+
+
+def _parameter(parameters: str, name: str) -> str | None:
+    """A media type parameter's value (`charset=utf-8`), unquoted; None when not given."""
+    for parameter in parameters.split(";"):
+        key, _, value = parameter.partition("=")
+        if key.strip().lower() == name:
+            return value.strip().strip('"')
+    return None
 
 
 def check_idempotency_key(value: str | None, *, repeated: bool = False) -> str | None:
@@ -148,7 +177,7 @@ class DecisionHandler:
                 seen["key_prefix"] = caller.key_prefix
             if self.rate_limit is not None:
                 check_rate(self.rate_limit, caller.workspace)
-            check_content_type(incoming.content_type)
+            check_content_type(incoming.content_type, incoming.content_encoding)
             if incoming.body is None:
                 raise ApiError(
                     413,

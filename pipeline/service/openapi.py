@@ -15,7 +15,8 @@ _ERRORS: dict[int, str] = {
     402: "`insufficient_decisions`: the balance is lower than the cost (`required`, `balance`).",
     409: "`request_in_progress`: a request with this Idempotency-Key is still running.",
     413: "`payload_too_large`: the body is larger than the limit.",
-    415: "`unsupported_media_type`: the body is not sent as application/json.",
+    415: "`unsupported_media_type`: the body is not sent as application/json (UTF-8, "
+    "uncompressed); a body sent without Content-Type is read as JSON.",
     422: "`validation_error` (`field`, dotted path) or `idempotency_key_reused`.",
     429: "`rate_limited`: the workspace sent more requests a second than the server allows "
     "(`decisions serve --rate-limit`); nothing charged, send it again after `Retry-After`.",
@@ -82,6 +83,23 @@ DECISION_OPERATION: dict[str, Any] = {
 }
 
 
+_ERROR_EXTRAS = {
+    "field": ("string", "validation_error: the dotted path of the offending field."),
+    "required": ("integer", "insufficient_decisions: the decisions the request needs."),
+    "balance": ("integer", "insufficient_decisions: the decisions the workspace has."),
+}
+
+
+def _extras_never_null(error_body: dict[str, Any]) -> None:
+    """An error's extra fields are left out when they do not apply, never sent as null."""
+    for name, (kind, description) in _ERROR_EXTRAS.items():
+        error_body["properties"][name] = {
+            "type": kind,
+            "title": error_body["properties"][name].get("title", name.title()),
+            "description": description,
+        }
+
+
 def install_openapi(app: FastAPI) -> None:
     """Add the request model and the bearer scheme to FastAPI's generated document."""
 
@@ -102,6 +120,7 @@ def install_openapi(app: FastAPI) -> None:
             reasoning = schemas["DecisionResponse"]["properties"]["reasoning"]
             reasoning.pop("anyOf", None)
             reasoning["$ref"] = "#/components/schemas/Reasoning"
+            _extras_never_null(schemas["ErrorBody"])
             components["securitySchemes"] = {
                 "bearer": {"type": "http", "scheme": "bearer", "description": "sk-... API key"}
             }
