@@ -466,3 +466,31 @@ def test_rows_waiting_for_the_budget_go_before_rows_taken_after_them():
         result = scorer.score(requests(24), budget=Budget(1))
     assert result["status"].to_list()[:12] == ["scored"] * 12
     assert result["decisions_used"].sum() <= 1
+
+
+def test_a_run_cancelled_while_workers_wait_for_the_budget_ends_cleanly():
+    # Found by QA: SIGTERM or Ctrl-C while workers waited for the budget behind a request in
+    # flight printed "InvalidStateError: invalid state" at shutdown: a cancelled waiter
+    # cancelled the future all waiters shared, and the request's answer then set its result.
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.Event().wait()  # never answers: the run is cancelled meanwhile
+        raise AssertionError("unreachable")
+
+    scorer = scorer_with(handler, concurrency=3)
+
+    async def cancelled_while_waiting() -> None:
+        task = asyncio.ensure_future(scorer._score_all(requests(3), Budget(1), None))
+        while scorer._budget_waiting < 2:  # two workers wait behind the one in flight
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    errors: list[dict[str, Any]] = []
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    try:
+        loop.run_until_complete(asyncio.wait_for(cancelled_while_waiting(), timeout=10))
+    finally:
+        loop.close()
+    assert errors == []

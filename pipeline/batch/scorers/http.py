@@ -256,7 +256,7 @@ class HttpScorer:
         self._in_flight = 0
         self._retrying = 0  # requests in flight retried after a failure (not a 429: paced)
         self._budget_waiting = 0  # workers waiting for requests in flight to free the budget
-        self._answered: asyncio.Future[None] | None = None
+        self._answered: asyncio.Event | None = None
         self._stop: _Stop | None = None
         self._fatal: _Stop | None = None  # survives across score() calls (401, bad URL)
         self._stopped: asyncio.Event | None = None
@@ -482,13 +482,15 @@ class HttpScorer:
     async def _an_answer(self) -> None:
         """Until a request in flight is answered (or begins its retries)."""
         if self._answered is None:
-            self._answered = asyncio.get_running_loop().create_future()
-        await self._answered
+            # An event, not one future the waiters share: a waiter cancelled (Ctrl-C, SIGTERM)
+            # would cancel that future, and the answer then set a result on a cancelled one.
+            self._answered = asyncio.Event()
+        await self._answered.wait()
 
     def _wake(self) -> None:
         """Those waiting in `_an_answer` look again."""
         if self._answered is not None:
-            self._answered.set_result(None)
+            self._answered.set()
             self._answered = None
 
     def _halt(self, stop: _Stop, *, fatal: bool = False) -> _Stop:
