@@ -468,6 +468,50 @@ def test_rows_waiting_for_the_budget_go_before_rows_taken_after_them():
     assert result["decisions_used"].sum() <= 1
 
 
+def test_a_request_refused_409_lets_the_rows_behind_it_take_the_budget_meanwhile():
+    # Found by QA: each request refused 409 held its cost through all its tries (about 7 s),
+    # so after a crash a rerun at --budget 1 went one refused row at a time (20 of them: 147 s
+    # instead of 14) while free replays waited behind. Here the earlier run's requests for
+    # keys 1-4 are answered only once keys 5-12 have been: holding the budget, each of them
+    # ran out of tries and failed.
+    seen: set[int] = set()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.001)
+        number = int(str(request.headers.get("idempotency-key")).removeprefix("key-"))
+        seen.add(number)
+        if number <= 4 and not set(range(5, 13)) <= seen:
+            return httpx.Response(409, json={"error": "request_in_progress"})
+        return httpx.Response(200, json=DECISION, headers={"Idempotent-Replayed": "true"})
+
+    scorer = scorer_with(handler, concurrency=8)
+    with scorer:
+        result = scorer.score(requests(12), budget=Budget(1))
+    assert result["status"].to_list() == ["scored"] * 12
+    assert result["decisions_used"].sum() == 0
+
+
+def test_a_request_refused_409_never_takes_a_spent_budget_back():
+    # Its cost given back while it waits, it must hold it again before its next try: here the
+    # rows behind it are new (charged), the budget is spent by them, and the refused row stays
+    # in doubt (failed, under its key) rather than going over --budget.
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.001)
+        number = int(str(request.headers.get("idempotency-key")).removeprefix("key-"))
+        if number == 1:
+            return httpx.Response(409, json={"error": "request_in_progress"})
+        return httpx.Response(200, json=DECISION)
+
+    scorer = scorer_with(handler, concurrency=4)
+    budget = Budget(2)
+    with scorer:
+        result = scorer.score(requests(6), budget=budget)
+    assert budget.spent == 2 and result["decisions_used"].sum() == 2
+    first = result.row(0, named=True)
+    assert first["status"] == "failed" and first["error_code"] == "in_doubt"
+    assert result["status"].to_list()[1:].count("scored") == 2
+
+
 def test_a_run_cancelled_while_workers_wait_for_the_budget_ends_cleanly():
     # Found by QA: SIGTERM or Ctrl-C while workers waited for the budget behind a request in
     # flight printed "InvalidStateError: invalid state" at shutdown: a cancelled waiter

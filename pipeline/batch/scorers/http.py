@@ -207,6 +207,19 @@ class _Stop:
     message: str  # for skipped rows: the reason, worded for skipped_rows()
 
 
+@dataclass
+class _Hold:
+    """A request's cost, held from the budget while it may be charged (see `_one`)."""
+
+    cost: int
+    budget: Budget
+    held: bool = True
+
+
+class _BudgetGone(Exception):
+    """A request refused 409 could not hold the budget again for its next attempt."""
+
+
 class HttpScorer:
     """Scores requests through a decision service; see the module docstring for the rules.
 
@@ -446,9 +459,10 @@ class HttpScorer:
                 self._budget_waiting -= 1
         self._in_flight += 1
         self._in_flight_cost += cost
+        hold = _Hold(cost, budget)
         spent = 0
         try:
-            answer = await self._send(row)
+            answer = await self._send(row, hold)
             if isinstance(answer, dict):
                 if answer.pop(_REPLAYED, False):
                     answer["decisions_used"] = 0  # paid by an earlier run (see Scorer)
@@ -456,9 +470,43 @@ class HttpScorer:
             return answer
         finally:
             self._in_flight -= 1
-            self._in_flight_cost -= cost
-            budget.settle(cost, spent)
+            # Every attempt is sent holding the cost, so a charge is always within the budget.
+            if hold.held:
+                self._in_flight_cost -= cost
+            budget.settle(cost if hold.held else 0, spent)
             self._wake()
+
+    def _let_go(self, hold: _Hold) -> None:
+        """A request refused 409 (an earlier run's request with its key, charged, is still
+        being answered) gives its cost back while it waits: its answer will be that charge's
+        replay, and rows waiting for the budget, free replays often, go meanwhile."""
+        if hold.held:
+            hold.held = False
+            self._in_flight_cost -= hold.cost
+            hold.budget.settle(hold.cost, 0)
+            self._wake()
+
+    async def _hold_again(self, hold: _Hold) -> None:
+        """The cost held again before the next attempt of a request refused 409: waited for
+        while requests holding the budget are answered; _BudgetGone when none is left to
+        answer (the budget is spent) or the run has stopped."""
+        while not hold.held:
+            if self._budget_waiting:
+                await asyncio.sleep(0)  # the workers its 409 woke take the budget first
+            if self._stop is not None:
+                raise _BudgetGone
+            if hold.budget.reserve(hold.cost):
+                hold.held = True
+                self._in_flight_cost += hold.cost
+                return
+            if not self._in_flight_cost or self._retrying:
+                self._halt(_Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent"))
+                raise _BudgetGone
+            self._budget_waiting += 1
+            try:
+                await self._an_answer()
+            finally:
+                self._budget_waiting -= 1
 
     async def _affordable(self, cost: int) -> bool:
         """Whether the known balance pays `cost` above the reserve, counting requests in flight.
@@ -527,7 +575,7 @@ class HttpScorer:
         if isinstance(value, int | float) and (self._balance is None or value < self._balance):
             self._balance = int(value)
 
-    async def _send(self, row: dict[str, Any]) -> dict[str, Any] | _Stop:
+    async def _send(self, row: dict[str, Any], hold: _Hold) -> dict[str, Any] | _Stop:
         if self._sender is None:
             if self._transport is None:
                 self._transport = build_transport(self.config)
@@ -545,13 +593,16 @@ class HttpScorer:
                 self._wake()
 
         async def send() -> Answer:
+            await self._hold_again(hold)  # after a 409
             self.requests_sent += 1
             try:
                 answer = await sender(content, key)
             except BaseException:
                 failed()
                 raise
-            if answer.status_code in RETRY_STATUSES and answer.status_code not in (409, 429):
+            if answer.status_code == 409:
+                self._let_go(hold)
+            elif answer.status_code in RETRY_STATUSES and answer.status_code != 429:
                 failed()  # (a 429 or a 409 was refused, never charged: waited for)
             return answer
 
@@ -567,6 +618,11 @@ class HttpScorer:
             sent = await send_with_retry(
                 send, self.config.retry, self._pause, stopped=self._stopped
             )
+        except _BudgetGone:  # refused 409 before: the earlier run's charge stays in doubt
+            if self._stopped_for_money():
+                return self._cut_short(row["request_id"], "answered HTTP 409")
+            assert self._stop is not None
+            return self._stop
         except RetriesExhausted as exc:
             if self._stopped_for_money():
                 return self._cut_short(row["request_id"], "could not be reached")
