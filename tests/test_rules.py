@@ -20,7 +20,7 @@ VALID = {
     "reasoning": False,
 }
 
-EMPTY_CITY = "location.city must not be empty (it needs a letter or a digit)"
+EMPTY_CITY = "location.city must name a place: it has no letter or digit"
 
 
 def body(**changes: object) -> dict:

@@ -182,7 +182,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "city",
         "not_blank",
-        "location.city must not be empty (it needs a letter or a digit)",
+        "location.city must name a place: it has no letter or digit",
         ~_c("city").str.contains(_LETTER_OR_DIGIT),
         lambda row: row["city"] is not None and not _names_something(row["city"]),
     ),
