@@ -512,6 +512,78 @@ def test_a_request_refused_409_never_takes_a_spent_budget_back():
     assert result["status"].to_list()[1:].count("scored") == 2
 
 
+class ChargingService:
+    """A service keeping a balance. The requests of `earlier` keys were sent before (charged
+    by a killed run, or by this run's first send, `lost_first`, whose answer is lost) and are
+    still being answered: 409 for `refusals` sends, then a replay, or a new charge if the
+    earlier one was `refunded`. Every other send charges, after `delay` seconds."""
+
+    def __init__(
+        self,
+        balance: int,
+        earlier: set[str],
+        *,
+        refusals: int = 2,
+        lost_first: bool = False,
+        refunded: bool = False,
+        delay: float = 0.001,
+    ):
+        self.balance, self.charges, self.sends = balance, 0, dict.fromkeys(earlier, 0)
+        self.refusals, self.lost_first, self.refunded, self.delay = (
+            refusals, lost_first, refunded, delay
+        )  # fmt: skip
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        key = str(request.headers.get("idempotency-key"))
+        if key in self.sends:
+            await asyncio.sleep(0.001)
+            self.sends[key] += 1
+            refused = self.sends[key] - self.lost_first
+            if refused == 0:
+                self._charge()
+                raise httpx.ReadError("connection reset: the answer is lost")
+            if refused <= self.refusals:
+                return httpx.Response(409, json={"error": "request_in_progress"})
+            if not self.refunded:
+                return httpx.Response(200, json=DECISION, headers={"Idempotent-Replayed": "true"})
+        else:
+            await asyncio.sleep(self.delay)
+        if self.balance < 1:
+            return httpx.Response(402, json={"error": "insufficient_decisions", "balance": 0})
+        self._charge()
+        return httpx.Response(200, json=DECISION | {"decisions_remaining": self.balance})
+
+    def _charge(self) -> None:
+        self.balance -= 1
+        self.charges += 1
+
+
+def test_a_request_perhaps_charged_by_this_run_keeps_its_budget_when_it_fails():
+    # Found by QA: a 409 may answer this run's own first send, charged and its answer lost.
+    # Giving the budget back on that 409, or when the request ended failed, let other rows
+    # spend it: 3 charges on --budget 2.
+    service = ChargingService(100, {"key-1"}, refusals=1000, lost_first=True, delay=0.05)
+    scorer = scorer_with(service, concurrency=2)
+    budget = Budget(2)
+    with scorer:
+        result = scorer.score(requests(6), budget=budget)
+    assert service.charges == 2
+    assert result["status"][0] == "failed"  # in doubt, under its key
+    assert budget.spent == 1 and budget.in_doubt == 1 and budget.remaining == 0
+
+
+def test_a_409_whose_earlier_charge_was_refunded_keeps_the_reserve():
+    # Found by QA: a request given back its share while refused 409 took it again without a
+    # look at the balance; its earlier charge refunded, it was charged anew below --reserve
+    # (balance 17 -> 5 at --reserve 10).
+    earlier = {f"key-{n}" for n in range(1, 6)}
+    service = ChargingService(17, earlier, refunded=True)
+    scorer = scorer_with(service, concurrency=8, reserve=10)
+    with scorer:
+        scorer.score(requests(12), budget=Budget(None))
+    assert service.balance >= 10
+
+
 def test_a_run_cancelled_while_workers_wait_for_the_budget_ends_cleanly():
     # Found by QA: SIGTERM or Ctrl-C while workers waited for the budget behind a request in
     # flight printed "InvalidStateError: invalid state" at shutdown: a cancelled waiter

@@ -207,6 +207,10 @@ class _Stop:
     message: str  # for skipped rows: the reason, worded for skipped_rows()
 
 
+def _status(answer: dict[str, Any] | _Stop) -> str | None:
+    return answer.status if isinstance(answer, _Stop) else answer.get("status")
+
+
 @dataclass
 class _Hold:
     """A request's cost, held from the budget while it may be charged (see `_one`)."""
@@ -214,6 +218,9 @@ class _Hold:
     cost: int
     budget: Budget
     held: bool = True
+    # a send of this run may have been charged with its answer lost (an attempt failed, or
+    # the transport sent it twice)
+    maybe_charged: bool = False
 
 
 class _BudgetGone(Exception):
@@ -438,11 +445,7 @@ class HttpScorer:
             if self._stop is not None:
                 return self._stop
             if not affordable:
-                shown = self._balance
-                reason = f"the workspace balance ({shown}) is spent"
-                if self.reserve:
-                    reason = f"the workspace balance ({shown}) is down to --reserve {self.reserve}"
-                return self._halt(_Stop("skipped", SKIPPED_BALANCE, reason))
+                return self._halt(self._money_stop(balance=True))
             if budget.reserve(cost):
                 break
             # Requests in flight hold their cost until answered, and rows in doubt often settle
@@ -451,7 +454,7 @@ class HttpScorer:
             # a minute): the budget stop then ends its retries. (A request paced by 429s, or
             # refused 409 while an earlier run's is answered, is waited for: never charged.)
             if not self._in_flight or self._retrying:
-                return self._halt(_Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent"))
+                return self._halt(self._money_stop(balance=False))
             self._budget_waiting += 1
             try:
                 await self._an_answer()
@@ -460,26 +463,39 @@ class HttpScorer:
         self._in_flight += 1
         self._in_flight_cost += cost
         hold = _Hold(cost, budget)
-        spent = 0
+        spent, failed = 0, True
         try:
             answer = await self._send(row, hold)
             if isinstance(answer, dict):
                 if answer.pop(_REPLAYED, False):
                     answer["decisions_used"] = 0  # paid by an earlier run (see Scorer)
                 spent = answer.get("decisions_used") or 0
+            failed = _status(answer) == "failed"
             return answer
         finally:
             self._in_flight -= 1
-            # Every attempt is sent holding the cost, so a charge is always within the budget.
+            # Every attempt is sent holding the cost, so a charge is always within the budget;
+            # one perhaps made, unanswered, stays taken from it.
             if hold.held:
                 self._in_flight_cost -= cost
-            budget.settle(cost if hold.held else 0, spent)
+            doubt = cost if hold.maybe_charged and failed and not spent else 0
+            budget.settle(cost if hold.held else 0, spent, in_doubt=doubt)
             self._wake()
+
+    def _money_stop(self, *, balance: bool) -> _Stop:
+        """The run's stop for lack of balance (above --reserve) or of --budget."""
+        if not balance:
+            return _Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent")
+        reason = f"the workspace balance ({self._balance}) is spent"
+        if self.reserve:
+            reason = f"the workspace balance ({self._balance}) is down to --reserve {self.reserve}"
+        return _Stop("skipped", SKIPPED_BALANCE, reason)
 
     def _let_go(self, hold: _Hold) -> None:
         """A request refused 409 (an earlier run's request with its key, charged, is still
-        being answered) gives its cost back while it waits: its answer will be that charge's
-        replay, and rows waiting for the budget, free replays often, go meanwhile."""
+        being answered), none of whose sends in this run may have been charged, gives its
+        cost back while it waits: its answer will be that charge's replay, and rows waiting
+        for the budget, free replays often, go meanwhile."""
         if hold.held:
             hold.held = False
             self._in_flight_cost -= hold.cost
@@ -487,20 +503,24 @@ class HttpScorer:
             self._wake()
 
     async def _hold_again(self, hold: _Hold) -> None:
-        """The cost held again before the next attempt of a request refused 409: waited for
-        while requests holding the budget are answered; _BudgetGone when none is left to
-        answer (the budget is spent) or the run has stopped."""
+        """The cost held again before the next attempt of a request refused 409, from the
+        budget and from the balance above --reserve (the earlier charge may have been refunded,
+        and the attempt charged anew): waited for while requests holding some are answered;
+        _BudgetGone when none is left to answer (the budget or the balance is spent) or the
+        run has stopped."""
         while not hold.held:
             if self._budget_waiting:
                 await asyncio.sleep(0)  # the workers its 409 woke take the budget first
             if self._stop is not None:
                 raise _BudgetGone
-            if hold.budget.reserve(hold.cost):
+            known = self._balance
+            paid = known is None or known - self._in_flight_cost - hold.cost >= self.reserve
+            if paid and hold.budget.reserve(hold.cost):
                 hold.held = True
                 self._in_flight_cost += hold.cost
                 return
             if not self._in_flight_cost or self._retrying:
-                self._halt(_Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent"))
+                self._halt(self._money_stop(balance=not paid))
                 raise _BudgetGone
             self._budget_waiting += 1
             try:
@@ -587,6 +607,7 @@ class HttpScorer:
 
         def failed() -> None:  # an attempt failed: the request is retried from now on
             nonlocal retrying
+            hold.maybe_charged = True
             if not retrying:
                 retrying = True
                 self._retrying += 1
@@ -600,8 +621,13 @@ class HttpScorer:
             except BaseException:
                 failed()
                 raise
+            if answer.sends > 1:  # the first send's answer lost, perhaps after a charge
+                hold.maybe_charged = True
             if answer.status_code == 409:
-                self._let_go(hold)
+                # Refused; but perhaps the answer to this run's own earlier send, lost after
+                # its charge: only a request no send of which may have been is let go.
+                if not hold.maybe_charged:
+                    self._let_go(hold)
             elif answer.status_code in RETRY_STATUSES and answer.status_code != 429:
                 failed()  # (a 429 or a 409 was refused, never charged: waited for)
             return answer
