@@ -322,6 +322,18 @@ def test_priority_scores_the_highest_values_first(tmp_path):
     assert prices(scored).min() >= prices(skipped).max()
 
 
+def test_a_mistyped_priority_column_is_refused_before_anything_is_paid(tmp_path, capsys):
+    # Found by a README review: the dry run and a run reusing every answer said nothing; only
+    # a run short of money, the night it mattered, stopped on it.
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    for extra in (["--dry-run"], []):  # a dry run; a run with every answer reused
+        code = job.score(SAMPLE / "portfolio.csv", "--priority", "Price", *extra)
+        assert code == 2
+        assert "--priority 'Price': the file has no such column" in capsys.readouterr().err
+    assert job.charged() == DISTINCT_VALID
+
+
 def test_fresh_pays_again(tmp_path):
     job = Job(tmp_path)
     assert job.score(SAMPLE / "portfolio.csv") == 0

@@ -122,6 +122,7 @@ def prepare(options: BatchOptions) -> Prepared:
         source += f" (sheet {read.sheet!r}{first})"
     config = load_column_config(options.config)
     raw, mapping, header_note = _mapped(raw, config, source, read.renamed_headers or {})
+    _check_priority(raw, options.priority)  # before a dry run, and before anything is paid
     row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
     requests = normalize(raw, mapping).with_columns(
         reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
@@ -244,15 +245,19 @@ def costed(requests: pl.DataFrame, reasoning: bool, version: str) -> pl.DataFram
     return frame.with_columns(request_fingerprints(frame, version))
 
 
-def prioritised(requests: pl.DataFrame, raw: pl.DataFrame, column: str | None) -> pl.DataFrame:
-    """Highest value of `column` first (numbers read as numbers), then file order."""
-    if column is None:
-        return requests
-    if column not in raw.columns:
+def _check_priority(raw: pl.DataFrame, column: str | None) -> None:
+    if column is not None and column not in raw.columns:
         raise UsageError(
             f"--priority {column!r}: the file has no such column; it has "
             + ", ".join(repr(c) for c in raw.columns)
         )
+
+
+def prioritised(requests: pl.DataFrame, raw: pl.DataFrame, column: str | None) -> pl.DataFrame:
+    """Highest value of `column` first (numbers read as numbers), then file order."""
+    if column is None:
+        return requests
+    _check_priority(raw, column)
     values = normalize_column(raw[column], "price")
     order = pl.DataFrame({"request_id": pl.int_range(1, raw.height + 1, eager=True), "_p": values})
     return (
@@ -542,7 +547,9 @@ def _code_digest() -> str:
 
 def _options_key(options: BatchOptions, scorer: Scorer) -> str:
     """What, besides the input's bytes, decides a run's output: a rerun with the same key and
-    the same input can answer from the last run's output without reading the file again."""
+    the same input can answer from the last run's output without reading the file again. A
+    --priority (which column orders the rows when money is short) is in it too, so a new one
+    is checked against the file's columns."""
     config = options.config.read_bytes() if options.config else b""
     parts = [
         _code_digest(),
@@ -550,6 +557,7 @@ def _options_key(options: BatchOptions, scorer: Scorer) -> str:
         options.reasoning,
         str(options.encoding),
         str(options.sheet),
+        str(options.priority),
         hashlib.sha256(config).hexdigest(),
         hashlib.sha256(DEFAULT_CONFIG.read_bytes()).hexdigest(),
     ]
