@@ -393,6 +393,24 @@ def test_a_time_of_day_with_a_fraction_of_a_second_reads_as_the_time(tmp_path: P
     assert read_table(path)["at"].to_list() == ["09:30:00.500"]
 
 
+def test_a_time_with_a_fraction_of_a_second_does_not_hide_the_tables_place(tmp_path: Path):
+    # Found by a README review: one such cell turned merged and error cells off in a sheet
+    # full of numbers ("no number cell to check it by"); its rows were then rejected.
+    path = tmp_path / "times-merged.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["at", "city", "price"])
+    at = workbook.add_format({"num_format": "hh:mm:ss.000"})
+    for row in (1, 2):
+        sheet.write_datetime(row, 0, dt.time(9, 30, 0, 500_000), at)
+        sheet.write_number(row, 2, 950000 + row)
+    sheet.merge_range(1, 1, 2, 1, "Riyadh")
+    workbook.close()
+    result = read_table_with_info(path)
+    assert result.frame["city"].to_list() == ["Riyadh", "Riyadh"]
+    assert result.merged_down == ["B2:B3"] and result.not_restored is None
+
+
 def test_formulas_without_a_saved_result_stop_the_run_naming_one(tmp_path: Path) -> None:
     # Found by QA: openpyxl writes formulas uncalculated; they read as empty (price "required")
     # and a last row holding only such formulas vanished.
