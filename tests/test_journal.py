@@ -116,6 +116,25 @@ def test_after_an_upgrade_an_unchanged_file_is_read_again_not_answered_from_its_
     assert job.charged() == DISTINCT_VALID
 
 
+def test_a_borderline_rerun_counts_reused_answers_and_explanations_apart(tmp_path, capsys):
+    # Found by a README walk-through: "Reused from the journal 515" for 360 rows (their 360
+    # scores and 155 explanations).
+    import json
+
+    job = Job(tmp_path)
+    listings = read_table(SAMPLE / "portfolio.csv")
+    monday, tuesday = tmp_path / "monday.csv", tmp_path / "tuesday.csv"
+    listings.write_csv(monday)
+    pl.concat([listings, listings.tail(1)]).write_csv(tuesday)  # one copy more: not unchanged
+    assert job.score(monday, "--reasoning", "borderline") == 0
+    explanations = (job.charged() - DISTINCT_VALID) // 3  # 3 more for each partial verdict
+    capsys.readouterr()
+    assert job.score(tuesday, "--reasoning", "borderline", "--json") == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes["Reused from the journal (0 decisions)"] == DISTINCT_VALID
+    assert notes["Explanations reused from the journal"] == explanations > 0
+
+
 def test_a_journal_whose_folder_name_is_taken_by_a_file_is_refused(tmp_path, capsys):
     job = Job(tmp_path)
     (tmp_path / "x.files").write_text("another job's journal")

@@ -254,6 +254,18 @@ def test_xlsx_unknown_sheet(tmp_path: Path) -> None:
         read_table(path, sheet=5)
 
 
+def test_a_sheet_name_two_sheets_fit_is_said_to_be_ambiguous(tmp_path: Path) -> None:
+    path = tmp_path / "two.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    for name in ("Data", "DATA "):
+        workbook.add_worksheet(name).write_row(0, 0, ["city", "price"])
+    workbook.close()
+    with pytest.raises(InputError) as excinfo:
+        read_table(path, sheet="data")
+    assert "'Data', 'DATA ' all fit it: name one as it is written" in str(excinfo.value)
+    assert read_table(path, sheet="DATA ").columns == ["city", "price"]
+
+
 def test_xlsx_empty_sheet(tmp_path: Path) -> None:
     workbook = xlsxwriter.Workbook(tmp_path / "empty.xlsx")
     workbook.add_worksheet("Blank")

@@ -561,8 +561,10 @@ def rows_left(outcome: BatchOutcome) -> bool:
 
 
 def run_again(outcome: BatchOutcome) -> str:
-    remote = dict(outcome.summary.notes).get("Scorer") == "remote"
-    return RUN_AGAIN_REMOTE if remote else RUN_AGAIN
+    if dict(outcome.summary.notes).get("Scorer") == "remote":
+        return RUN_AGAIN_REMOTE
+    workspace = outcome.summary.workspace
+    return RUN_AGAIN if workspace is None else RUN_AGAIN.replace("NAME", shlex.quote(workspace))
 
 
 def command_line(argv: list[str]) -> str:

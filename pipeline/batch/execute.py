@@ -140,16 +140,28 @@ class Executor:
     journal: Journal | None
     budget: Budget
     reserve: int = 0
-    reused: int = 0  # requests answered from the journal, over every pass
+    reused: int = 0  # requests of the scoring pass answered from the journal
+    explanations_reused: int = 0  # borderline: explanations of the reasoning pass, likewise
     # decisions charged by an earlier run that stopped before its answers came back (so no
     # run's spending counts them), whose charges this run replayed
     replayed: int = 0
     oldest_reused: float = float("inf")  # when the oldest answer reused was scored
 
-    def run(self, triaged: Triage, progress: StageProgress, *, keep_costs: bool) -> pl.DataFrame:
-        """OUTPUT_SCHEMA rows for every request of `triaged`, plus `fingerprint`."""
+    def run(
+        self,
+        triaged: Triage,
+        progress: StageProgress,
+        *,
+        keep_costs: bool,
+        explaining: bool = False,
+    ) -> pl.DataFrame:
+        """OUTPUT_SCHEMA rows for every request of `triaged`, plus `fingerprint`.
+        `explaining`: the reasoning pass of a borderline run."""
         parts = [self._reused(triaged.reuse, keep_costs)]
-        self.reused += triaged.reuse.height
+        if explaining:
+            self.explanations_reused += triaged.reuse.height
+        else:
+            self.reused += triaged.reuse.height
         handled = triaged.reuse.height
         stop: tuple[str, str] | None = None
         groups, never_charged = self._doubt_groups(triaged.in_doubt)

@@ -298,7 +298,7 @@ def score_requests(
     again = prioritised(again, context.raw, context.options.priority)
     triaged = triage(again, executor.journal, freshness_days=context.freshness_days, now=now())
     explained = executor.run(
-        triaged, report("reasoning", again.height), keep_costs=context.resuming
+        triaged, report("reasoning", again.height), keep_costs=context.resuming, explaining=True
     )
     return _merge_reasoning(results, explained)
 
@@ -810,6 +810,8 @@ def run_batch(
                 ("Budget", "none" if options.budget is None else options.budget),
                 duplicates,
                 ("Reused from the journal (0 decisions)", executor.reused),
+                *([("Explanations reused from the journal", executor.explanations_reused)]
+                  if executor.explanations_reused else []),
                 *([("Replayed from an earlier run's charges (not paid again)", executor.replayed)]
                   if executor.replayed else []),
                 ("Verdicts changed since last run", 0 if changes is None else changes.height),

@@ -127,6 +127,12 @@ def _sheet_index(path: Path, names: list[str], sheet: str | int | None) -> int:
         alike = [i for i, n in enumerate(names) if n.strip().casefold() == sheet.strip().casefold()]
         if len(alike) == 1:
             return alike[0]
+        if len(alike) > 1:
+            raise InputError(
+                f"{path}: has no sheet named exactly {sheet!r}, and "
+                f"{', '.join(repr(names[i]) for i in alike)} all fit it: name one as it is "
+                "written (--sheet)"
+            )
         if not sheet.strip().isdigit():
             raise InputError(
                 f"{path}: has no sheet named {sheet!r}; its sheets are "
