@@ -196,6 +196,17 @@ def test_ragged_row_error_names_row_and_line(tmp_path: Path) -> None:
     )
 
 
+def test_a_one_field_title_line_is_named_as_the_likely_cause(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", b"Portfolio Q4\ncity,price\nRiyadh,100\n")
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value) == (
+        f"{path}: row 1 (line 2) has 2 fields but the header line has 1 (separator ','); "
+        "if the first line is a title above the header, delete it; quote values that contain "
+        "the separator, or give every column a header"
+    )
+
+
 # --- XLSX ---------------------------------------------------------------------------------
 
 

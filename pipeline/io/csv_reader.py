@@ -140,10 +140,7 @@ def _lenient_read(path: Path, source: Path | bytes, separator: str, skip: int) -
         rows.pop()  # trailing blank lines, as polars drops them
     width = len(rows[0]) if rows else 0
     if any(len(row) > width for row in rows):
-        raise InputError(
-            f"{path}: {_first_long_record(source, separator, skip)} (separator {separator!r}); "
-            "quote values that contain the separator, or give every column a header"
-        )
+        raise InputError(f"{path}: {_too_many_fields(source, separator, skip)}")
     columns = [
         [row[i] if i < len(row) and row[i] != "" else None for row in rows] for i in range(width)
     ]
@@ -167,17 +164,15 @@ def _translate(
     if "utf-8" in message.lower():
         return InputError(f"{path}: is not valid UTF-8 text; {ENCODING_HINT}")
     if "more fields" in message:
-        where = _first_long_record(source, separator, skip)
-        return InputError(
-            f"{path}: {where} (separator {separator!r}); "
-            "quote values that contain the separator, or give every column a header"
-        )
+        return InputError(f"{path}: {_too_many_fields(source, separator, skip)}")
     return InputError(f"{path}: cannot be read as CSV ({message})")
 
 
-def _first_long_record(source: Path | bytes, separator: str, skip: int) -> str:
-    """Which record is longer than the header, found with the csv module (error path only)."""
+def _too_many_fields(source: Path | bytes, separator: str, skip: int) -> str:
+    """Which record is longer than the header, found with the csv module (error path only),
+    and what to do about it."""
     records = csv.reader(io.StringIO(_text_of(source), newline=""), delimiter=separator)
+    advice = "quote values that contain the separator, or give every column a header"
     width = None
     for number, record in enumerate(records, start=1):
         if number <= skip:
@@ -186,12 +181,13 @@ def _first_long_record(source: Path | bytes, separator: str, skip: int) -> str:
             width = len(record)
         elif len(record) > width:
             row, line = number - skip - 1, records.line_num
-            title = " (is the first line a title above the header? delete it)" * (width == 1)
+            if width == 1:
+                advice = "if the first line is a title above the header, delete it; " + advice
             return (
                 f"row {row} (line {line}) has {len(record)} fields but the header line has "
-                f"{width}{title}"
+                f"{width} (separator {separator!r}); {advice}"
             )
-    return "a row has more fields than the header line"
+    return f"a row has more fields than the header line (separator {separator!r}); {advice}"
 
 
 def _chosen_codec(path: Path, head: bytes, encoding: str | None) -> tuple[str, str | None]:
