@@ -584,6 +584,52 @@ def test_a_409_whose_earlier_charge_was_refunded_keeps_the_reserve():
     assert service.balance >= 10
 
 
+class LosingService:
+    """A service keeping a balance that charges the first send of each `lost` key, then
+    answers it `answer` ("500", or "garbled": a 200 that is no decision) on every send."""
+
+    def __init__(self, balance: int, lost: set[str], answer: str) -> None:
+        self.balance, self.charges, self.lost, self.answer = balance, 0, lost, answer
+        self.charged: set[str] = set()
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.001)
+        key = str(request.headers.get("idempotency-key"))
+        if key not in self.charged:
+            if self.balance < 1:
+                return httpx.Response(402, json={"error": "insufficient_decisions", "balance": 0})
+            self.charged.add(key)
+            self.balance -= 1
+            self.charges += 1
+        if key in self.lost:
+            if self.answer == "500":
+                return httpx.Response(500, json={"error": "internal_error"})
+            return httpx.Response(200, json={"status": "ok"})
+        return httpx.Response(200, json=DECISION | {"decisions_remaining": self.balance})
+
+
+def test_an_unreadable_success_answer_keeps_its_cost_taken_from_the_budget():
+    # Found by QA: a 2xx that is no decision (charged) gave its cost back: 7 charges on
+    # --budget 3.
+    service = LosingService(100, {f"key-{n}" for n in range(1, 5)}, "garbled")
+    scorer = scorer_with(service, concurrency=8)
+    budget = Budget(3)
+    with scorer:
+        result = scorer.score(requests(10), budget=budget)
+    assert service.charges <= 3
+    assert set(result.filter(pl.col("status") == "failed")["error_code"]) == {"invalid_response"}
+
+
+def test_answers_lost_after_their_charge_keep_the_reserve():
+    # Found by QA: rows perhaps charged, answers lost, kept their cost out of --budget but not
+    # out of the balance left above --reserve (12 -> 9 at --reserve 10).
+    service = LosingService(12, {"key-2", "key-3"}, "500")
+    scorer = scorer_with(service, concurrency=2, reserve=10)
+    with scorer:
+        scorer.score(requests(8), budget=Budget(None))
+    assert service.balance >= 10
+
+
 def test_a_run_cancelled_while_workers_wait_for_the_budget_ends_cleanly():
     # Found by QA: SIGTERM or Ctrl-C while workers waited for the budget behind a request in
     # flight printed "InvalidStateError: invalid state" at shutdown: a cancelled waiter

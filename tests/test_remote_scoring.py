@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 
 from pipeline.batch.journal import Journal
-from pipeline.batch.run import BatchOptions, BatchOutcome, run_batch
+from pipeline.batch.run import PERHAPS_CHARGED, BatchOptions, BatchOutcome, run_batch
 from pipeline.batch.scorers.http import ApiKey, HttpScorer, RemoteConfig
 from pipeline.batch.scorers.local import LocalScorer
 from pipeline.batch.scorers.remote_options import add_remote_options, remote_scorer_from_args
@@ -178,6 +178,7 @@ def test_a_rerun_counts_replayed_answers_as_paid_before_not_spent_again(tmp_path
         assert first.exit_code == 1 and lost > 3
         charged = 10_000 - service.balance()
         assert charged == first.summary.decisions_spent + lost  # charged, answers lost
+        assert dict(first.summary.notes)[PERHAPS_CHARGED] == lost  # and said so
 
         losing, sent_before = False, proxy.requests
         second = score_remote(

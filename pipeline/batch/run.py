@@ -61,6 +61,8 @@ EXIT_OK, EXIT_FAILED, EXIT_UNSCORED = 0, 1, 3
 EXPLANATIONS_NOT_AFFORDED = "Explanations not afforded"  # a summary line
 # error_code of a borderline row scored but left without its explanation
 REASONING_SKIPPED, REASONING_FAILED = "reasoning_skipped", "reasoning_failed"
+# Said when rows of a remote run ended in doubt after this run's own sends: not in its spend.
+PERHAPS_CHARGED = "Perhaps charged, answers lost (in doubt; not in Decisions spent)"
 # A row scored whose explanation was not afforded or failed: its message, said of the row.
 NOT_SCORED, NOT_EXPLAINED = "not scored: ", "scored, but not explained: "
 
@@ -814,6 +816,7 @@ def run_batch(
                   if executor.explanations_reused else []),
                 *([("Replayed from an earlier run's charges (not paid again)", executor.replayed)]
                   if executor.replayed else []),
+                *([(PERHAPS_CHARGED, budget.in_doubt)] if budget.in_doubt else []),
                 ("Verdicts changed since last run", 0 if changes is None else changes.height),
                 ("Scorer", scorer.name),
                 *notes,

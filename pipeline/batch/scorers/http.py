@@ -273,6 +273,9 @@ class HttpScorer:
         self._pause = Pause()
         self._balance: int | None = None
         self._in_flight_cost = 0
+        # what requests of this run perhaps charged, their answers lost, may have taken from
+        # the balance (a later answer's balance may show it already: counted twice, to be safe)
+        self._in_doubt_cost = 0
         self._in_flight = 0
         self._retrying = 0  # requests in flight retried after a failure (not a 429: paced)
         self._budget_waiting = 0  # workers waiting for requests in flight to free the budget
@@ -479,6 +482,7 @@ class HttpScorer:
             if hold.held:
                 self._in_flight_cost -= cost
             doubt = cost if hold.maybe_charged and failed and not spent else 0
+            self._in_doubt_cost += doubt
             budget.settle(cost if hold.held else 0, spent, in_doubt=doubt)
             self._wake()
 
@@ -514,7 +518,7 @@ class HttpScorer:
             if self._stop is not None:
                 raise _BudgetGone
             known = self._balance
-            paid = known is None or known - self._in_flight_cost - hold.cost >= self.reserve
+            paid = known is None or self._spendable(known) - hold.cost >= self.reserve
             if paid and hold.budget.reserve(hold.cost):
                 hold.held = True
                 self._in_flight_cost += hold.cost
@@ -527,6 +531,11 @@ class HttpScorer:
                 await self._an_answer()
             finally:
                 self._budget_waiting -= 1
+
+    def _spendable(self, balance: int) -> int:
+        """The known balance less what requests in flight, and those perhaps charged with
+        their answers lost, may take from it."""
+        return balance - self._in_flight_cost - self._in_doubt_cost
 
     async def _affordable(self, cost: int) -> bool:
         """Whether the known balance pays `cost` above the reserve, counting requests in flight.
@@ -541,7 +550,7 @@ class HttpScorer:
             if known is None:
                 if not self.reserve or not self._in_flight:
                     return True
-            elif known - self._in_flight_cost - cost >= self.reserve:
+            elif self._spendable(known) - cost >= self.reserve:
                 return True
             elif not self._in_flight:
                 return False
@@ -621,7 +630,9 @@ class HttpScorer:
             except BaseException:
                 failed()
                 raise
-            if answer.sends > 1:  # the first send's answer lost, perhaps after a charge
+            if answer.sends > 1 or 200 <= answer.status_code < 300:
+                # the first send's answer lost, perhaps after a charge; or an answer of
+                # success, charged, that may yet be no decision (unreadable: failed)
                 hold.maybe_charged = True
             if answer.status_code == 409:
                 # Refused; but perhaps the answer to this run's own earlier send, lost after
