@@ -186,24 +186,23 @@ def test_invalid_utf8_after_the_sniffed_start_falls_back_to_cp1256(tmp_path: Pat
     assert result.frame["city"][-1] == "الرياض"
 
 
-def test_ragged_row_error_names_row_and_line(tmp_path: Path) -> None:
-    path = write(tmp_path, "x.csv", b"a;b\n1;2\n3;4;5\n")
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"a;b\n1;2\n3;4;5\n", "row 2 (line 3) has 3 fields but the header line has 2 "
+         "(separator ';'); "),
+        # a one-field title line above the header: named as the likely cause
+        (b"Portfolio Q4\ncity,price\nRiyadh,100\n", "row 1 (line 2) has 2 fields but the "
+         "header line has 1 (separator ','); if the first line is a title above the header, "
+         "delete it; "),
+    ],
+)  # fmt: skip
+def test_ragged_row_error_names_row_and_line(tmp_path: Path, content: bytes, said: str) -> None:
+    path = write(tmp_path, "x.csv", content)
     with pytest.raises(InputError) as excinfo:
         read_table(path)
     assert str(excinfo.value) == (
-        f"{path}: row 2 (line 3) has 3 fields but the header line has 2 (separator ';'); "
-        "quote values that contain the separator, or give every column a header"
-    )
-
-
-def test_a_one_field_title_line_is_named_as_the_likely_cause(tmp_path: Path) -> None:
-    path = write(tmp_path, "t.csv", b"Portfolio Q4\ncity,price\nRiyadh,100\n")
-    with pytest.raises(InputError) as excinfo:
-        read_table(path)
-    assert str(excinfo.value) == (
-        f"{path}: row 1 (line 2) has 2 fields but the header line has 1 (separator ','); "
-        "if the first line is a title above the header, delete it; quote values that contain "
-        "the separator, or give every column a header"
+        f"{path}: {said}quote values that contain the separator, or give every column a header"
     )
 
 
