@@ -570,6 +570,10 @@ def test_a_request_perhaps_charged_by_this_run_keeps_its_budget_when_it_fails():
     assert service.charges == 2
     assert result["status"][0] == "failed"  # in doubt, under its key
     assert budget.spent == 1 and budget.in_doubt == 1 and budget.remaining == 0
+    skipped = result.filter(pl.col("status") == "skipped")["error_message"]
+    assert skipped.len() > 0  # and they say why the budget is spent before Decisions spent is
+    said = "--budget is spent (with 1 perhaps charged, answers lost)"
+    assert skipped.str.contains(said, literal=True).all()
 
 
 def test_a_409_whose_earlier_charge_was_refunded_keeps_the_reserve():

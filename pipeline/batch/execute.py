@@ -248,7 +248,9 @@ class Executor:
         if rows == costs.len():
             return batch, None
         if by_budget <= by_balance:
-            reason = (SKIPPED_BUDGET, "the run's --budget is spent")
+            doubt = self.budget.in_doubt
+            held = f" (with {doubt} perhaps charged, answers lost)" if doubt else ""
+            reason = (SKIPPED_BUDGET, f"the run's --budget is spent{held}")
         else:  # what is left once the rows sent are paid, not what there was before them
             left = None if balance is None else balance - int(costs.head(rows).sum())
             reason = (SKIPPED_BALANCE, f"the workspace balance ({left}) is spent")

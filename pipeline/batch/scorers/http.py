@@ -489,7 +489,9 @@ class HttpScorer:
     def _money_stop(self, *, balance: bool) -> _Stop:
         """The run's stop for lack of balance (above --reserve) or of --budget."""
         if not balance:
-            return _Stop("skipped", SKIPPED_BUDGET, "the run's --budget is spent")
+            doubt = self._in_doubt_cost
+            held = f" (with {doubt} perhaps charged, answers lost)" if doubt else ""
+            return _Stop("skipped", SKIPPED_BUDGET, f"the run's --budget is spent{held}")
         reason = f"the workspace balance ({self._balance}) is spent"
         if self.reserve:
             reason = f"the workspace balance ({self._balance}) is down to --reserve {self.reserve}"
