@@ -590,7 +590,7 @@ def test_a_409_whose_earlier_charge_was_refunded_keeps_the_reserve():
 
 class LosingService:
     """A service keeping a balance that charges the first send of each `lost` key, then
-    answers it `answer` ("500", or "garbled": a 200 that is no decision) on every send."""
+    answers it `answer` (a status, or "garbled": a 200 that is no decision) on every send."""
 
     def __init__(self, balance: int, lost: set[str], answer: str) -> None:
         self.balance, self.charges, self.lost, self.answer = balance, 0, lost, answer
@@ -606,22 +606,37 @@ class LosingService:
             self.balance -= 1
             self.charges += 1
         if key in self.lost:
-            if self.answer == "500":
-                return httpx.Response(500, json={"error": "internal_error"})
-            return httpx.Response(200, json={"status": "ok"})
+            if self.answer == "garbled":
+                return httpx.Response(200, json={"status": "ok"})
+            return httpx.Response(int(self.answer), json={"error": "from_the_gateway"})
         return httpx.Response(200, json=DECISION | {"decisions_remaining": self.balance})
 
 
-def test_an_unreadable_success_answer_keeps_its_cost_taken_from_the_budget():
-    # Found by QA: a 2xx that is no decision (charged) gave its cost back: 7 charges on
-    # --budget 3.
-    service = LosingService(100, {f"key-{n}" for n in range(1, 5)}, "garbled")
+@pytest.mark.parametrize(
+    ("answer", "code"), [("garbled", "invalid_response"), ("524", "from_the_gateway")]
+)
+def test_an_answer_after_the_charge_keeps_its_cost_taken_from_the_budget(answer, code):
+    # Found by QA: a 2xx that is no decision (charged) gave its cost back, 7 charges on
+    # --budget 3; so did a status a gateway sends once the service has charged (524).
+    service = LosingService(100, {f"key-{n}" for n in range(1, 5)}, answer)
     scorer = scorer_with(service, concurrency=8)
     budget = Budget(3)
     with scorer:
         result = scorer.score(requests(10), budget=budget)
     assert service.charges <= 3
-    assert set(result.filter(pl.col("status") == "failed")["error_code"]) == {"invalid_response"}
+    assert set(result.filter(pl.col("status") == "failed")["error_code"]) == {code}
+
+
+def test_with_a_reserve_and_no_balance_known_nothing_goes_after_an_answer_lost():
+    # Found by QA: a service that never tells the balance (no GET /v1/workspace, answers
+    # lost) let requests go one at a time without limit: 12 -> 0 at --reserve 10.
+    service = LosingService(12, {f"key-{n}" for n in range(1, 9)}, "garbled")
+    scorer = scorer_with(service, concurrency=2, reserve=10)
+    with scorer:
+        result = scorer.score(requests(8), budget=Budget(None))
+    assert service.balance >= 10  # the first request goes, the balance unknown, as documented
+    skipped = result.filter(pl.col("status") == "skipped")["error_message"]
+    assert skipped.str.contains("balance is not known", literal=True).all() and skipped.len()
 
 
 def test_answers_lost_after_their_charge_keep_the_reserve():

@@ -78,6 +78,10 @@ INVALID_KEY_MESSAGE = (
     "the API key was refused (wrong or revoked); set DECISIONS_API_KEY (or --api-key-file) "
     "to a valid key and run the same command again"
 )
+# The service's own refusals, all before any charge (see pipeline.service.handler): an answer
+# with another status may come after a charge (a gateway's 502 or 524, a 2xx that is no
+# decision), and its request counts as perhaps charged.
+REFUSED_UNCHARGED = frozenset({400, 401, 402, 404, 405, 409, 413, 415, 422, 429})
 IN_DOUBT = "in_doubt"  # failed, perhaps charged: the next run sends it under the same key
 _REPLAYED = "_replayed"  # marks a scored row answered by a replay, until it is settled
 _INT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Int64())
@@ -493,7 +497,12 @@ class HttpScorer:
             held = f" (with {doubt} perhaps charged, answers lost)" if doubt else ""
             return _Stop("skipped", SKIPPED_BUDGET, f"the run's --budget is spent{held}")
         reason = f"the workspace balance ({self._balance}) is spent"
-        if self.reserve:
+        if self._balance is None:
+            reason = (
+                f"the workspace balance is not known (the answers of {self._in_doubt_cost} "
+                f"decision(s) perhaps charged were lost), and --reserve {self.reserve} must be left"
+            )
+        elif self.reserve:
             reason = f"the workspace balance ({self._balance}) is down to --reserve {self.reserve}"
         return _Stop("skipped", SKIPPED_BALANCE, reason)
 
@@ -520,7 +529,10 @@ class HttpScorer:
             if self._stop is not None:
                 raise _BudgetGone
             known = self._balance
-            paid = known is None or self._spendable(known) - hold.cost >= self.reserve
+            if known is None:
+                paid = not (self.reserve and self._in_doubt_cost)  # see _affordable
+            else:
+                paid = self._spendable(known) - hold.cost >= self.reserve
             if paid and hold.budget.reserve(hold.cost):
                 hold.held = True
                 self._in_flight_cost += hold.cost
@@ -543,14 +555,19 @@ class HttpScorer:
         """Whether the known balance pays `cost` above the reserve, counting requests in flight.
 
         Unknown balance: send, except that with a reserve only one request goes out until the
-        first answer tells the balance. When requests in flight make it uncertain, wait for
-        them: once none is in flight the known balance is exact."""
+        first answer tells the balance, and none once a request perhaps charged has lost its
+        answer (what is left above the reserve cannot be known). When requests in flight make
+        it uncertain, wait for them: once none is in flight the known balance is exact."""
         while True:
             if self._stop is not None:
                 return True  # the caller sees the stop
             known = self._balance
             if known is None:
-                if not self.reserve or not self._in_flight:
+                if not self.reserve:
+                    return True
+                if self._in_doubt_cost:
+                    return False
+                if not self._in_flight:
                     return True
             elif self._spendable(known) - cost >= self.reserve:
                 return True
@@ -632,9 +649,10 @@ class HttpScorer:
             except BaseException:
                 failed()
                 raise
-            if answer.sends > 1 or 200 <= answer.status_code < 300:
-                # the first send's answer lost, perhaps after a charge; or an answer of
-                # success, charged, that may yet be no decision (unreadable: failed)
+            if answer.sends > 1 or answer.status_code not in REFUSED_UNCHARGED:
+                # the first send's answer lost, perhaps after a charge; an answer of success,
+                # charged, that may yet be no decision (unreadable: failed); or another status,
+                # which a gateway may send once the service has charged (524)
                 hold.maybe_charged = True
             if answer.status_code == 409:
                 # Refused; but perhaps the answer to this run's own earlier send, lost after
