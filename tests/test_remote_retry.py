@@ -645,8 +645,11 @@ def test_answers_lost_after_their_charge_keep_the_reserve():
     service = LosingService(12, {"key-2", "key-3"}, "500")
     scorer = scorer_with(service, concurrency=2, reserve=10)
     with scorer:
-        scorer.score(requests(8), budget=Budget(None))
+        result = scorer.score(requests(8), budget=Budget(None))
     assert service.balance >= 10
+    skipped = result.filter(pl.col("status") == "skipped")["error_message"]
+    said = "perhaps charged) is down to --reserve 10"  # not "balance (11)", which is above it
+    assert skipped.len() and skipped.str.contains(said, literal=True).all()
 
 
 def test_a_run_cancelled_while_workers_wait_for_the_budget_ends_cleanly():

@@ -496,14 +496,16 @@ class HttpScorer:
             doubt = self._in_doubt_cost
             held = f" (with {doubt} perhaps charged, answers lost)" if doubt else ""
             return _Stop("skipped", SKIPPED_BUDGET, f"the run's --budget is spent{held}")
-        reason = f"the workspace balance ({self._balance}) is spent"
+        doubt = self._in_doubt_cost
+        shown = f"{self._balance}, less {doubt} perhaps charged" if doubt else f"{self._balance}"
+        reason = f"the workspace balance ({shown}) is spent"
         if self._balance is None:
             reason = (
                 f"the workspace balance is not known (the answers of {self._in_doubt_cost} "
                 f"decision(s) perhaps charged were lost), and --reserve {self.reserve} must be left"
             )
         elif self.reserve:
-            reason = f"the workspace balance ({self._balance}) is down to --reserve {self.reserve}"
+            reason = f"the workspace balance ({shown}) is down to --reserve {self.reserve}"
         return _Stop("skipped", SKIPPED_BALANCE, reason)
 
     def _let_go(self, hold: _Hold) -> None:
