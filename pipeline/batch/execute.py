@@ -30,6 +30,7 @@ from pipeline.batch.scorers.base import (
     SKIPPED_BALANCE,
     SKIPPED_BUDGET,
     Scorer,
+    budget_spent,
     skipped_rows,
 )
 
@@ -248,9 +249,7 @@ class Executor:
         if rows == costs.len():
             return batch, None
         if by_budget <= by_balance:
-            doubt = self.budget.in_doubt
-            held = f" (with {doubt} perhaps charged, answers lost)" if doubt else ""
-            reason = (SKIPPED_BUDGET, f"the run's --budget is spent{held}")
+            reason = (SKIPPED_BUDGET, budget_spent(self.budget.in_doubt))
         else:  # what is left once the rows sent are paid, not what there was before them
             left = None if balance is None else balance - int(costs.head(rows).sum())
             reason = (SKIPPED_BALANCE, f"the workspace balance ({left}) is spent")
@@ -396,7 +395,7 @@ def _stop_reason(answers: pl.DataFrame) -> tuple[str, str] | None:
         return None
     code = skipped["error_code"][0]
     return code, {
-        SKIPPED_BUDGET: "the run's --budget is spent",
+        SKIPPED_BUDGET: budget_spent(),
         SKIPPED_BALANCE: "the workspace balance is spent",
     }.get(code, "sending stopped")
 

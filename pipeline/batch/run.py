@@ -256,10 +256,10 @@ def _check_priority(raw: pl.DataFrame, column: str | None) -> None:
 
 
 def prioritised(requests: pl.DataFrame, raw: pl.DataFrame, column: str | None) -> pl.DataFrame:
-    """Highest value of `column` first (numbers read as numbers), then file order."""
+    """Highest value of `column` first (numbers read as numbers), then file order; `column`
+    is one of `raw`'s (checked by `prepare`)."""
     if column is None:
         return requests
-    _check_priority(raw, column)
     values = normalize_column(raw[column], "price")
     order = pl.DataFrame({"request_id": pl.int_range(1, raw.height + 1, eager=True), "_p": values})
     return (

@@ -44,6 +44,13 @@ OUTPUT_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+def budget_spent(in_doubt: int = 0) -> str:
+    """Why a row was not sent for lack of --budget; `in_doubt`: decisions perhaps charged
+    (answers lost), which took some of it though Decisions spent does not count them."""
+    held = f" (with {in_doubt} perhaps charged, answers lost)" if in_doubt else ""
+    return f"the run's --budget is spent{held}"
+
+
 _WHAT_TO_DO = {
     SKIPPED_BUDGET: "raise --budget",
     SKIPPED_BALANCE: "top up the workspace",

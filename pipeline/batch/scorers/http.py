@@ -50,6 +50,7 @@ from pipeline.batch.scorers.base import (
     SKIPPED_BALANCE,
     SKIPPED_BUDGET,
     ProgressCallback,
+    budget_spent,
     flat_list,
     skipped_rows,
 )
@@ -462,11 +463,7 @@ class HttpScorer:
             # refused 409 while an earlier run's is answered, is waited for: never charged.)
             if not self._in_flight or self._retrying:
                 return self._halt(self._money_stop(balance=False))
-            self._budget_waiting += 1
-            try:
-                await self._an_answer()
-            finally:
-                self._budget_waiting -= 1
+            await self._an_answer(for_budget=True)
         self._in_flight += 1
         self._in_flight_cost += cost
         hold = _Hold(cost, budget)
@@ -492,17 +489,15 @@ class HttpScorer:
 
     def _money_stop(self, *, balance: bool) -> _Stop:
         """The run's stop for lack of balance (above --reserve) or of --budget."""
-        if not balance:
-            doubt = self._in_doubt_cost
-            held = f" (with {doubt} perhaps charged, answers lost)" if doubt else ""
-            return _Stop("skipped", SKIPPED_BUDGET, f"the run's --budget is spent{held}")
         doubt = self._in_doubt_cost
+        if not balance:
+            return _Stop("skipped", SKIPPED_BUDGET, budget_spent(doubt))
         shown = f"{self._balance}, less {doubt} perhaps charged" if doubt else f"{self._balance}"
         reason = f"the workspace balance ({shown}) is spent"
         if self._balance is None:
             reason = (
-                f"the workspace balance is not known (the answers of {self._in_doubt_cost} "
-                f"decision(s) perhaps charged were lost), and --reserve {self.reserve} must be left"
+                f"the workspace balance is not known (the answers of {doubt} decision(s) "
+                f"perhaps charged were lost), and --reserve {self.reserve} must be left"
             )
         elif self.reserve:
             reason = f"the workspace balance ({shown}) is down to --reserve {self.reserve}"
@@ -542,11 +537,7 @@ class HttpScorer:
             if not self._in_flight_cost or self._retrying:
                 self._halt(self._money_stop(balance=not paid))
                 raise _BudgetGone
-            self._budget_waiting += 1
-            try:
-                await self._an_answer()
-            finally:
-                self._budget_waiting -= 1
+            await self._an_answer(for_budget=True)
 
     def _spendable(self, balance: int) -> int:
         """The known balance less what requests in flight, and those perhaps charged with
@@ -577,13 +568,18 @@ class HttpScorer:
                 return False
             await self._an_answer()
 
-    async def _an_answer(self) -> None:
-        """Until a request in flight is answered (or begins its retries)."""
+    async def _an_answer(self, *, for_budget: bool = False) -> None:
+        """Until a request in flight is answered (or begins its retries). `for_budget`: the
+        waiter wants the budget it frees, and is counted so that it goes first."""
         if self._answered is None:
             # An event, not one future the waiters share: a waiter cancelled (Ctrl-C, SIGTERM)
             # would cancel that future, and the answer then set a result on a cancelled one.
             self._answered = asyncio.Event()
-        await self._answered.wait()
+        self._budget_waiting += for_budget
+        try:
+            await self._answered.wait()
+        finally:
+            self._budget_waiting -= for_budget
 
     def _wake(self) -> None:
         """Those waiting in `_an_answer` look again."""

@@ -20,6 +20,7 @@ from pipeline.batch.scorers.base import (
     SKIPPED_BALANCE,
     SKIPPED_BUDGET,
     ProgressCallback,
+    budget_spent,
     flat_list,
     skipped_rows,
 )
@@ -82,7 +83,7 @@ class LocalScorer:
         # A batch a killed run had charged replays that charge at no cost: it needs no budget.
         reserved = 0 if self.ledger.charged(self.workspace, batch_key) else cost
         if reserved and not budget.reserve(reserved):
-            return skipped_rows(group, SKIPPED_BUDGET, "the run's --budget is spent")
+            return skipped_rows(group, SKIPPED_BUDGET, budget_spent())
         try:
             charge = self.ledger.charge(
                 self.workspace,
