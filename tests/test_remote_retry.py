@@ -664,7 +664,7 @@ def test_a_run_cancelled_while_workers_wait_for_the_budget_ends_cleanly():
 
     async def cancelled_while_waiting() -> None:
         task = asyncio.ensure_future(scorer._score_all(requests(3), Budget(1), None))
-        while scorer._budget_waiting < 2:  # two workers wait behind the one in flight
+        while scorer._gate.budget_waiting < 2:  # two workers wait behind the one in flight
             await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

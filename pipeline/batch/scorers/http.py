@@ -14,15 +14,13 @@ the rest `skipped`; 401 stops the run at once, rows not answered end `failed` wi
 `invalid_api_key` (exit 1, `stopped_by` says why); a redirect or a 404 also stop it (a wrong
 --api-url); 422 `validation_error` marks that row `rejected`.
 
-Balance: known only from `decisions_remaining` (and a 402's `balance`). Answers arrive out of
-order, so the lowest value seen is the latest. A request is sent only while
-`balance - cost of requests in flight - its cost >= reserve`; when that fails with requests in
-flight, the worker waits for their answers (then the balance is exact) before giving up. An
-answer marked `Idempotent-Replayed` says nothing of the balance now (its `decisions_remaining`
-is from then). On a request's first attempt it was paid for by an earlier run and spends nothing
-from this run's budget; on a retry it was paid for by an attempt of this run whose answer was
-lost (or, for a request in doubt, possibly by the earlier run: counted as spent, so the budget
-is never overrun).
+Sending within --budget and the balance above --reserve: `spend_gate.SpendGate`. The balance is
+known only from `decisions_remaining` (and a 402's `balance`), the lowest value seen being the
+latest. An answer marked `Idempotent-Replayed` says nothing of the balance now (its
+`decisions_remaining` is from then). On a request's first attempt it was paid for by an earlier
+run and spends nothing from this run's budget; on a retry it was paid for by an attempt of this
+run whose answer was lost (or, for a request in doubt, possibly by the earlier run: counted as
+spent, so the budget is never overrun).
 
 The API key lives in an `ApiKey`, whose repr and str hide it; it is only ever put in the
 Authorization header, and redirects are never followed, so it never reaches another host.
@@ -48,9 +46,7 @@ from pipeline.batch.budget import Budget
 from pipeline.batch.scorers.base import (
     OUTPUT_SCHEMA,
     SKIPPED_BALANCE,
-    SKIPPED_BUDGET,
     ProgressCallback,
-    budget_spent,
     flat_list,
     skipped_rows,
 )
@@ -64,6 +60,7 @@ from pipeline.batch.scorers.retry import (
     send_with_retry,
 )
 from pipeline.batch.scorers.sending import Answer, Sender, build_sender
+from pipeline.batch.scorers.spend_gate import BudgetGone, Hold, SpendGate, Stop
 from pipeline.batch.scorers.transport import KeepAliveTransport
 from pipeline.engine.schema import BENCHMARK_FIELDS, LOCATION_FIELDS, PROPERTY_FIELDS
 from pipeline.errors import UsageError
@@ -79,10 +76,6 @@ INVALID_KEY_MESSAGE = (
     "the API key was refused (wrong or revoked); set DECISIONS_API_KEY (or --api-key-file) "
     "to a valid key and run the same command again"
 )
-# The service's own refusals, all before any charge (see pipeline.service.handler): an answer
-# with another status may come after a charge (a gateway's 502 or 524, a 2xx that is no
-# decision), and its request counts as perhaps charged.
-REFUSED_UNCHARGED = frozenset({400, 401, 402, 404, 405, 409, 413, 415, 422, 429})
 IN_DOUBT = "in_doubt"  # failed, perhaps charged: the next run sends it under the same key
 _REPLAYED = "_replayed"  # marks a scored row answered by a replay, until it is settled
 _INT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Int64())
@@ -205,31 +198,8 @@ def _json(response: Answer) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-@dataclass
-class _Stop:
-    status: str  # skipped | failed
-    code: str
-    message: str  # for skipped rows: the reason, worded for skipped_rows()
-
-
-def _status(answer: dict[str, Any] | _Stop) -> str | None:
-    return answer.status if isinstance(answer, _Stop) else answer.get("status")
-
-
-@dataclass
-class _Hold:
-    """A request's cost, held from the budget while it may be charged (see `_one`)."""
-
-    cost: int
-    budget: Budget
-    held: bool = True
-    # a send of this run may have been charged with its answer lost (an attempt failed, or
-    # the transport sent it twice)
-    maybe_charged: bool = False
-
-
-class _BudgetGone(Exception):
-    """A request refused 409 could not hold the budget again for its next attempt."""
+def _status(answer: dict[str, Any] | Stop) -> str | None:
+    return answer.status if isinstance(answer, Stop) else answer.get("status")
 
 
 class HttpScorer:
@@ -276,17 +246,9 @@ class HttpScorer:
         self._sender: Sender | None = None
         self._runner: asyncio.Runner | None = None
         self._pause = Pause()
-        self._balance: int | None = None
-        self._in_flight_cost = 0
-        # what requests of this run perhaps charged, their answers lost, may have taken from
-        # the balance (a later answer's balance may show it already: counted twice, to be safe)
-        self._in_doubt_cost = 0
-        self._in_flight = 0
-        self._retrying = 0  # requests in flight retried after a failure (not a 429: paced)
-        self._budget_waiting = 0  # workers waiting for requests in flight to free the budget
-        self._answered: asyncio.Event | None = None
-        self._stop: _Stop | None = None
-        self._fatal: _Stop | None = None  # survives across score() calls (401, bad URL)
+        self._gate = SpendGate(config.reserve, run_stop=lambda: self._stop, halt=self._halt)
+        self._stop: Stop | None = None
+        self._fatal: Stop | None = None  # survives across score() calls (401, bad URL)
         self._stopped: asyncio.Event | None = None
         self.requests_sent = 0  # attempts, retries included
         self.stopped_by: str | None = None  # error code that stopped the run (invalid_api_key...)
@@ -313,7 +275,7 @@ class HttpScorer:
         return f"remote:{self.address}"
 
     def balance(self) -> int | None:
-        return self._balance
+        return self._gate.balance
 
     def benchmarks(self) -> BenchmarkTable | None:
         return None  # the service's own, which may not be this package's
@@ -375,7 +337,7 @@ class HttpScorer:
         workspace, balance = body.get("workspace"), body.get("balance")
         if not isinstance(workspace, str) or not isinstance(balance, int):
             return None
-        self._saw_balance(balance)
+        self._gate.saw_balance(balance)
         return workspace, balance
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -416,13 +378,13 @@ class HttpScorer:
 
     async def _score_all(
         self, requests: pl.DataFrame, budget: Budget, progress: ProgressCallback | None
-    ) -> list[dict[str, Any] | _Stop]:
+    ) -> list[dict[str, Any] | Stop]:
         self._stop = self._fatal
         self._stopped = asyncio.Event()
         if self._fatal is not None:
             self._stopped.set()
         rows = requests.to_dicts()
-        answers: list[dict[str, Any] | _Stop | None] = [None] * len(rows)
+        answers: list[dict[str, Any] | Stop | None] = [None] * len(rows)
         pending = iter(range(len(rows)))
         done = 0
         last_report = 0.0
@@ -442,31 +404,10 @@ class HttpScorer:
             progress(done, budget.spent)
         return [a for a in answers if a is not None]
 
-    async def _one(self, row: dict[str, Any], budget: Budget) -> dict[str, Any] | _Stop:
-        cost = row["cost"]
-        if self._budget_waiting:
-            await asyncio.sleep(0)  # the workers the last answer woke take the budget it freed
-        while True:
-            if self._stop is not None:
-                return self._stop
-            affordable = await self._affordable(cost)
-            if self._stop is not None:
-                return self._stop
-            if not affordable:
-                return self._halt(self._money_stop(balance=True))
-            if budget.reserve(cost):
-                break
-            # Requests in flight hold their cost until answered, and rows in doubt often settle
-            # at nothing (replayed): wait for their answers (then look at the balance again),
-            # unless one is being retried after a failure (a lost answer, a 5xx: perhaps for
-            # a minute): the budget stop then ends its retries. (A request paced by 429s, or
-            # refused 409 while an earlier run's is answered, is waited for: never charged.)
-            if not self._in_flight or self._retrying:
-                return self._halt(self._money_stop(balance=False))
-            await self._an_answer(for_budget=True)
-        self._in_flight += 1
-        self._in_flight_cost += cost
-        hold = _Hold(cost, budget)
+    async def _one(self, row: dict[str, Any], budget: Budget) -> dict[str, Any] | Stop:
+        hold = await self._gate.admit(row["cost"], budget)
+        if isinstance(hold, Stop):
+            return hold
         spent, failed = 0, True
         try:
             answer = await self._send(row, hold)
@@ -477,117 +418,9 @@ class HttpScorer:
             failed = _status(answer) == "failed"
             return answer
         finally:
-            self._in_flight -= 1
-            # Every attempt is sent holding the cost, so a charge is always within the budget;
-            # one perhaps made, unanswered, stays taken from it.
-            if hold.held:
-                self._in_flight_cost -= cost
-            doubt = cost if hold.maybe_charged and failed and not spent else 0
-            self._in_doubt_cost += doubt
-            budget.settle(cost if hold.held else 0, spent, in_doubt=doubt)
-            self._wake()
+            self._gate.release(hold, spent=spent, failed=failed)
 
-    def _money_stop(self, *, balance: bool) -> _Stop:
-        """The run's stop for lack of balance (above --reserve) or of --budget."""
-        doubt = self._in_doubt_cost
-        if not balance:
-            return _Stop("skipped", SKIPPED_BUDGET, budget_spent(doubt))
-        shown = f"{self._balance}, less {doubt} perhaps charged" if doubt else f"{self._balance}"
-        reason = f"the workspace balance ({shown}) is spent"
-        if self._balance is None:
-            reason = (
-                f"the workspace balance is not known (the answers of {doubt} decision(s) "
-                f"perhaps charged were lost), and --reserve {self.reserve} must be left"
-            )
-        elif self.reserve:
-            reason = f"the workspace balance ({shown}) is down to --reserve {self.reserve}"
-        return _Stop("skipped", SKIPPED_BALANCE, reason)
-
-    def _let_go(self, hold: _Hold) -> None:
-        """A request refused 409 (an earlier run's request with its key, charged, is still
-        being answered), none of whose sends in this run may have been charged, gives its
-        cost back while it waits: its answer will be that charge's replay, and rows waiting
-        for the budget, free replays often, go meanwhile."""
-        if hold.held:
-            hold.held = False
-            self._in_flight_cost -= hold.cost
-            hold.budget.settle(hold.cost, 0)
-            self._wake()
-
-    async def _hold_again(self, hold: _Hold) -> None:
-        """The cost held again before the next attempt of a request refused 409, from the
-        budget and from the balance above --reserve (the earlier charge may have been refunded,
-        and the attempt charged anew): waited for while requests holding some are answered;
-        _BudgetGone when none is left to answer (the budget or the balance is spent) or the
-        run has stopped."""
-        while not hold.held:
-            if self._budget_waiting:
-                await asyncio.sleep(0)  # the workers its 409 woke take the budget first
-            if self._stop is not None:
-                raise _BudgetGone
-            known = self._balance
-            if known is None:
-                paid = not (self.reserve and self._in_doubt_cost)  # see _affordable
-            else:
-                paid = self._spendable(known) - hold.cost >= self.reserve
-            if paid and hold.budget.reserve(hold.cost):
-                hold.held = True
-                self._in_flight_cost += hold.cost
-                return
-            if not self._in_flight_cost or self._retrying:
-                self._halt(self._money_stop(balance=not paid))
-                raise _BudgetGone
-            await self._an_answer(for_budget=True)
-
-    def _spendable(self, balance: int) -> int:
-        """The known balance less what requests in flight, and those perhaps charged with
-        their answers lost, may take from it."""
-        return balance - self._in_flight_cost - self._in_doubt_cost
-
-    async def _affordable(self, cost: int) -> bool:
-        """Whether the known balance pays `cost` above the reserve, counting requests in flight.
-
-        Unknown balance: send, except that with a reserve only one request goes out until the
-        first answer tells the balance, and none once a request perhaps charged has lost its
-        answer (what is left above the reserve cannot be known). When requests in flight make
-        it uncertain, wait for them: once none is in flight the known balance is exact."""
-        while True:
-            if self._stop is not None:
-                return True  # the caller sees the stop
-            known = self._balance
-            if known is None:
-                if not self.reserve:
-                    return True
-                if self._in_doubt_cost:
-                    return False
-                if not self._in_flight:
-                    return True
-            elif self._spendable(known) - cost >= self.reserve:
-                return True
-            elif not self._in_flight:
-                return False
-            await self._an_answer()
-
-    async def _an_answer(self, *, for_budget: bool = False) -> None:
-        """Until a request in flight is answered (or begins its retries). `for_budget`: the
-        waiter wants the budget it frees, and is counted so that it goes first."""
-        if self._answered is None:
-            # An event, not one future the waiters share: a waiter cancelled (Ctrl-C, SIGTERM)
-            # would cancel that future, and the answer then set a result on a cancelled one.
-            self._answered = asyncio.Event()
-        self._budget_waiting += for_budget
-        try:
-            await self._answered.wait()
-        finally:
-            self._budget_waiting -= for_budget
-
-    def _wake(self) -> None:
-        """Those waiting in `_an_answer` look again."""
-        if self._answered is not None:
-            self._answered.set()
-            self._answered = None
-
-    def _halt(self, stop: _Stop, *, fatal: bool = False) -> _Stop:
+    def _halt(self, stop: Stop, *, fatal: bool = False) -> Stop:
         if self._stop is None or (fatal and self._stop.status != "failed"):
             self._stop = stop
         if fatal and self._fatal is None:  # said once, though every request in flight sees it
@@ -598,7 +431,7 @@ class HttpScorer:
             self._stopped.set()
         return stop
 
-    def _stopped_for_money(self) -> _Stop | None:
+    def _stopped_for_money(self) -> Stop | None:
         """The run's stop when the budget or the balance ended it (its retries cut short)."""
         return self._stop if self._stop is not None and self._stop.status == "skipped" else None
 
@@ -617,11 +450,7 @@ class HttpScorer:
             "run sends it under the same key, and a charge made is replayed, not made again",
         )
 
-    def _saw_balance(self, value: object) -> None:
-        if isinstance(value, int | float) and (self._balance is None or value < self._balance):
-            self._balance = int(value)
-
-    async def _send(self, row: dict[str, Any], hold: _Hold) -> dict[str, Any] | _Stop:
+    async def _send(self, row: dict[str, Any], hold: Hold) -> dict[str, Any] | Stop:
         if self._sender is None:
             if self._transport is None:
                 self._transport = build_transport(self.config)
@@ -629,51 +458,28 @@ class HttpScorer:
                 self._transport, self.url, self._headers, self.config.timeout
             )
         sender, content, key = self._sender, request_body(row), row["idempotency_key"]
-        retrying = False
-
-        def failed() -> None:  # an attempt failed: the request is retried from now on
-            nonlocal retrying
-            hold.maybe_charged = True
-            if not retrying:
-                retrying = True
-                self._retrying += 1
-                self._wake()
 
         async def send() -> Answer:
-            await self._hold_again(hold)  # after a 409
+            await self._gate.hold_again(hold)  # after a 409
             self.requests_sent += 1
             try:
                 answer = await sender(content, key)
             except BaseException:
-                failed()
+                self._gate.failed(hold)
                 raise
-            if answer.sends > 1 or answer.status_code not in REFUSED_UNCHARGED:
-                # the first send's answer lost, perhaps after a charge; an answer of success,
-                # charged, that may yet be no decision (unreadable: failed); or another status,
-                # which a gateway may send once the service has charged (524)
-                hold.maybe_charged = True
-            if answer.status_code == 409:
-                # Refused; but perhaps the answer to this run's own earlier send, lost after
-                # its charge: only a request no send of which may have been is let go.
-                if not hold.maybe_charged:
-                    self._let_go(hold)
-            elif answer.status_code in RETRY_STATUSES and answer.status_code != 429:
-                failed()  # (a 429 or a 409 was refused, never charged: waited for)
+            self._gate.answered(hold, answer)
             return answer
 
-        try:
-            return await self._sent(row, send)
-        finally:
-            self._retrying -= retrying
+        return await self._sent(row, send)
 
     async def _sent(
         self, row: dict[str, Any], send: Callable[[], Awaitable[Answer]]
-    ) -> dict[str, Any] | _Stop:
+    ) -> dict[str, Any] | Stop:
         try:
             sent = await send_with_retry(
                 send, self.config.retry, self._pause, stopped=self._stopped
             )
-        except _BudgetGone:  # refused 409 before: the earlier run's charge stays in doubt
+        except BudgetGone:  # refused 409 before: the earlier run's charge stays in doubt
             if self._stopped_for_money():
                 return self._cut_short(row["request_id"], "answered HTTP 409")
             assert self._stop is not None
@@ -684,7 +490,7 @@ class HttpScorer:
             # Unreachable through every retry: the service is down, and each row left would
             # spend its own retries finding that out (a day for 200,000 rows). The run stops;
             # the rows not answered stay in doubt under their keys for the next run.
-            stop = _Stop(
+            stop = Stop(
                 "failed",
                 "service_unavailable",
                 f"the service at {self.url} could not be reached ({exc}), so the run stopped; "
@@ -694,7 +500,7 @@ class HttpScorer:
             return self._halt(stop, fatal=True)
         return self._answer(row, sent)
 
-    def _answer(self, row: dict[str, Any], sent: Sent) -> dict[str, Any] | _Stop:
+    def _answer(self, row: dict[str, Any], sent: Sent) -> dict[str, Any] | Stop:
         response, attempts = sent.response, sent.attempts
         request_id, status = row["request_id"], response.status_code
         body = _json(response)
@@ -717,16 +523,16 @@ class HttpScorer:
                 if attempts - sent.refused == 1 and response.sends == 1:
                     scored[_REPLAYED] = True
             else:
-                self._saw_balance(body.get("decisions_remaining"))
+                self._gate.saw_balance(body.get("decisions_remaining"))
             return scored
         if status == 402:
-            self._saw_balance(body.get("balance"))
-            return self._halt(_Stop("skipped", SKIPPED_BALANCE, "the workspace balance is spent"))
+            self._gate.saw_balance(body.get("balance"))
+            return self._halt(Stop("skipped", SKIPPED_BALANCE, "the workspace balance is spent"))
         if status == 401:
-            return self._halt(_Stop("failed", "invalid_api_key", INVALID_KEY_MESSAGE), fatal=True)
+            return self._halt(Stop("failed", "invalid_api_key", INVALID_KEY_MESSAGE), fatal=True)
         if 300 <= status < 400 or status in (404, 405):
             where = "redirected elsewhere" if status < 400 else f"answered HTTP {status}"
-            stop = _Stop(
+            stop = Stop(
                 "failed",
                 "wrong_api_url" if status >= 400 else "unexpected_redirect",
                 f"{self.url} {where}; check --api-url (DECISIONS_API_URL): it should be the "
@@ -744,7 +550,7 @@ class HttpScorer:
             # The service, or the proxy before it, says it cannot serve through every retry:
             # as when it cannot be reached, the run stops rather than each row left spending
             # its own retries finding that out.
-            stop = _Stop(
+            stop = Stop(
                 "failed",
                 "service_unavailable",
                 f"the service at {self.url} answered HTTP {status} {attempts} time(s), so the "
@@ -755,7 +561,7 @@ class HttpScorer:
         if status == 429:
             # Paced past the bound of its own (minutes): every row left would wait as long, one
             # wave of workers at a time (hours). The run stops, as for a service down.
-            stop = _Stop(
+            stop = Stop(
                 "failed",
                 "rate_limited",
                 f"the service at {self.url} kept answering HTTP 429 (rate limited) "
@@ -771,11 +577,11 @@ class HttpScorer:
             )
         return _error_row(request_id, "failed", code, message, body.get("field"))
 
-    def _frame(self, requests: pl.DataFrame, answers: list[dict[str, Any] | _Stop]) -> pl.DataFrame:
+    def _frame(self, requests: pl.DataFrame, answers: list[dict[str, Any] | Stop]) -> pl.DataFrame:
         rows: list[dict[str, Any]] = []
         stops: dict[tuple[str, str, str], list[int]] = {}
         for request_id, answer in zip(requests["request_id"], answers, strict=True):
-            if isinstance(answer, _Stop):
+            if isinstance(answer, Stop):
                 stops.setdefault((answer.status, answer.code, answer.message), []).append(
                     request_id
                 )
