@@ -286,14 +286,15 @@ CELLS = st.one_of(
     st.text(alphabet=st.sampled_from("aAم٣3 ,.\u00a0-+ةأ\u200fkmM٬٫"), max_size=12),
     st.text(max_size=8),
 )
-ROWS = st.lists(st.tuples(*[CELLS] * len(MAPPED_FIELDS)), min_size=1, max_size=30)
+# Frames of ten rows or more: normalising costs about the same for one row as for a hundred.
+ROWS = st.lists(st.tuples(*[CELLS] * len(MAPPED_FIELDS)), min_size=10, max_size=100)
 
 
 def frame_of(rows: list[tuple[str | None, ...]]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=dict.fromkeys(MAPPED_FIELDS, pl.String), orient="row")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(ROWS)
 def test_normalising_twice_changes_nothing(rows: list[tuple[str | None, ...]]) -> None:
     once = normalize(frame_of(rows), IDENTITY)
