@@ -481,6 +481,24 @@ def test_an_output_that_is_the_input_is_refused_before_any_charge(tmp_path, db, 
     assert not (tmp_path / "ok.xlsx").exists()
 
 
+def test_a_name_too_long_is_rejected_and_its_message_quotes_its_start(tmp_path, db):
+    note = "Near the metro and the park " * 12  # a note pasted into the district column
+    source = tmp_path / "in.csv"
+    source.write_text(f"City,District,Type,Price,Area\nRiyadh,{note},villa,3000000,400\n")
+    out = tmp_path / "out.xlsx"
+    assert score(db, str(source), "-o", str(out)) == 0
+    (row,) = openpyxl.load_workbook(out)["Rejects"].iter_rows(min_row=2, values_only=True)
+    assert row == (
+        1,
+        "District",
+        "location.district",
+        note,
+        f"row 1, column 'District': '{note[:60]}…' ({len(note)} characters): "
+        "location.district must be at most 200 characters",
+    )
+    assert balance(db) == 5000
+
+
 def test_a_blank_line_in_the_table_is_rejected_as_an_empty_row(tmp_path, db):
     source = tmp_path / "in.csv"
     source.write_text("City,Type,Price,Area\nRiyadh,villa,3000000,400\n,,,\n\nJeddah,villa,1,300\n")

@@ -160,6 +160,17 @@ def test_scalar_equals_vectorised(values: list[str]) -> None:
     assert vectorised(values) == [normalize_name(s) for s in values]
 
 
+AFFIX_WORDS = st.sampled_from(
+    ["dist", "district", "Dist.", "neighborhood", "neighbourhood", "حي", "al", "Malqa", "x", "-"]
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(AFFIX_WORDS, max_size=6).map(" ".join), min_size=1, max_size=20))
+def test_affix_words_are_stripped_as_the_polars_path_strips_them(values: list[str]) -> None:
+    assert vectorised(values) == [normalize_name(s) for s in values]
+
+
 @settings(max_examples=400, deadline=None)
 @given(TEXT)
 def test_idempotent(value: str) -> None:

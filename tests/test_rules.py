@@ -122,6 +122,16 @@ def test_a_valid_request_passes():
         ({"location__city": "\u3164"}, "location.city", EMPTY_CITY),  # a Hangul filler
         ({"location__city": "\x00\x01"}, "location.city", EMPTY_CITY),
         (
+            {"location__city": "Riyadh " * 29},
+            "location.city",
+            "location.city must be at most 200 characters",
+        ),
+        (
+            {"location__district": "t " + "dist " * 12_900 + "x"},  # took 11 s to match
+            "location.district",
+            "location.district must be at most 200 characters",
+        ),
+        (
             {"location__lng": ...},
             "location.lng",
             "location.lng is required when location.lat is given (send both or neither)",
@@ -199,8 +209,10 @@ generated_rows = st.fixed_dictionaries(
         "age": _numbers(-5, 2000),
         "parking": st.one_of(st.none(), st.booleans()),
         "furnished": st.one_of(st.none(), st.booleans()),
-        "city": st.one_of(st.none(), st.sampled_from(["Riyadh", "", "  ", "\u3000", "جدة"])),
-        "district": st.one_of(st.none(), st.just("Al Malqa")),
+        "city": st.one_of(
+            st.none(), st.sampled_from(["Riyadh", "", "  ", "\u3000", "جدة", "جدة" * 67])
+        ),
+        "district": st.one_of(st.none(), st.sampled_from(["Al Malqa", "ب" * 200, "ب" * 201])),
         "lat": _numbers(-100, 100),
         "lng": _numbers(-200, 200),
         "reasoning": st.one_of(st.none(), st.booleans()),

@@ -18,6 +18,7 @@ from pipeline.engine.schema import FIELD_PATHS, REQUEST_SCHEMA
 
 EMPTY_ROW = "empty_row"  # error_code of a row with no value at all (a blank line)
 REASON_COLUMNS = ("error_code", "error_field", "error_message", "error_column", "error_value")
+SHOWN_CHARACTERS = 60  # of a long value, in an error message
 _EXPECTED = {pl.Float64(): "a number", pl.Boolean(): "yes or no"}
 
 # Excel's error values, as an XLSX reader hands them over (a formula that failed: a VLOOKUP
@@ -118,9 +119,16 @@ def reject_reasons(
         .then(pl.format("row {}, column '{}'", pl.col("row_number"), pl.col("header")))
         .otherwise(where)
     )
+    length = pl.col("value").str.len_chars()
     shown_value = (
         pl.when(pl.col("value").is_null())
         .then(pl.lit("empty"))
+        .when(length > SHOWN_CHARACTERS)  # the whole value is in the Rejects sheet's `value`
+        .then(
+            pl.format(
+                "'{}…' ({} characters)", pl.col("value").str.slice(0, SHOWN_CHARACTERS), length
+            )
+        )
         .otherwise(pl.format("'{}'", pl.col("value")))
     )
     message = (

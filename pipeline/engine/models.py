@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.engine.rules import BLANK_LETTERS, MAXIMUM, MINIMUM_AREA
+from pipeline.engine.rules import BLANK_LETTERS, MAX_NAME_CHARACTERS, MAXIMUM, MINIMUM_AREA
 from pipeline.engine.schema import PROPERTY_TYPES
 
 Verdict = Literal["match", "partial", "no_match"]
@@ -60,6 +60,7 @@ class Property(BaseModel):
 # nothing, such as "-" or ".", is refused).
 _NOT_BLANK = {
     "minLength": 1,
+    "maxLength": MAX_NAME_CHARACTERS,
     "pattern": "(?![" + "".join(f"\\u{ord(c):04x}" for c in BLANK_LETTERS) + "])[\\p{L}\\p{N}]",
 }
 
@@ -81,7 +82,11 @@ class Location(BaseModel):
         description="City in Arabic or English, e.g. Riyadh or الرياض.",
         json_schema_extra=_NOT_BLANK,
     )
-    district: str | None = Field(default=None, description="District; city level if absent.")
+    district: str | None = Field(
+        default=None,
+        description="District; city level if absent.",
+        json_schema_extra={"maxLength": MAX_NAME_CHARACTERS},
+    )
     lat: float | None = Field(
         default=None, description="With lng.", json_schema_extra={"minimum": -90, "maximum": 90}
     )

@@ -64,12 +64,12 @@ STRIP_WHITESPACE = (
 )
 _WS = r"[\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
 _PREFIX = r"^(?:(?:حي|al|el|ar|as|ash|ad|at|az|an|adh|ath) )+"
-_SUFFIX = r"(?: (?:district|dist|neighborhood|neighbourhood|حي))+$"
+_SUFFIX_WORDS = ("district", "dist", "neighborhood", "neighbourhood", "حي")
+_SUFFIX = rf"(?: (?:{'|'.join(_SUFFIX_WORDS)}))+$"
 
 _TRANSLATE = str.maketrans({**_FOLD, **dict.fromkeys(_INVISIBLE, "")})
 _WS_RE = re.compile(_WS)
 _PREFIX_RE = re.compile(_PREFIX)
-_SUFFIX_RE = re.compile(_SUFFIX)
 
 
 def normalize_name(s: str | None) -> str | None:
@@ -83,7 +83,18 @@ def normalize_name(s: str | None) -> str | None:
 
 def strip_affixes(s: str) -> str | None:
     """Step 5 alone, for a part of a name already normalised (words of its key)."""
-    return _SUFFIX_RE.sub("", _PREFIX_RE.sub("", s)) or None
+    return _without_suffixes(_PREFIX_RE.sub("", s)) or None
+
+
+def _without_suffixes(s: str) -> str:
+    """`_SUFFIX` removed, word by word from the end: Python's regex engine tries the pattern
+    from every position, which took seconds on a name of many `dist` words (polars' does not
+    backtrack)."""
+    while True:
+        head, space, word = s.rpartition(" ")
+        if not space or word not in _SUFFIX_WORDS:
+            return s
+        s = head
 
 
 def normalize_name_expr(expr: pl.Expr) -> pl.Expr:

@@ -69,6 +69,9 @@ MAXIMUM: dict[str, float] = {
     "age": 1000,
 }
 MINIMUM_AREA = 0.01  # m2
+# The longest district name in the official records has 50 characters. A longer name is not one
+# (a note, a pasted paragraph); refusing it keeps the name matcher's work per request small.
+MAX_NAME_CHARACTERS = 200
 # A name has a letter or a digit: spaces, zero-width and bidi marks, a BOM, tatweel and the
 # Hangul fillers (letters to Unicode, a stretch of line or a blank to a reader) or a lone
 # diacritic name nothing.
@@ -156,6 +159,16 @@ def _coordinate(column: str, other: str, bound: int) -> list[Rule]:
     ]
 
 
+def _not_too_long(column: str) -> Rule:
+    return Rule(
+        column,
+        "max_length",
+        f"{FIELD_PATHS[column]} must be at most {MAX_NAME_CHARACTERS} characters",
+        _c(column).str.len_chars() > MAX_NAME_CHARACTERS,
+        lambda row: row[column] is not None and len(row[column]) > MAX_NAME_CHARACTERS,
+    )
+
+
 RULES: tuple[Rule, ...] = (
     _required("type", f" (one of {_TYPES})"),
     Rule(
@@ -186,6 +199,8 @@ RULES: tuple[Rule, ...] = (
         ~_c("city").str.contains(_LETTER_OR_DIGIT),
         lambda row: row["city"] is not None and not _names_something(row["city"]),
     ),
+    _not_too_long("city"),
+    _not_too_long("district"),
     *_coordinate("lat", "lng", 90),
     *_coordinate("lng", "lat", 180),
     _required("reasoning", " (true or false)"),
