@@ -50,6 +50,9 @@ def test_at_zero_every_request_is_402_but_a_paid_answer_is_still_replayed(tmp_pa
             "invalid, reasoning": svc.post({**invalid, "reasoning": True}),
             "not json": svc.post(content=b"{", headers={"Content-Type": "application/json"}),
             "not sent as json": svc.post(content=b"{}", headers={"Content-Type": "text/plain"}),
+            "nested too deep": svc.post(  # was a 500: a RecursionError reading its cost
+                content=b"[" * 50_000, headers={"Content-Type": "application/json"}
+            ),
         }
         for what, answer in answers.items():
             assert answer.status_code == 402, what

@@ -141,7 +141,7 @@ def _cost(body: bytes | None) -> int:
     """What a request refused before its charge would have cost, as far as its body tells."""
     try:
         reasoning = json.loads(body or b"").get("reasoning")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # nested past Python's stack
         reasoning = None
     return cost_of(reasoning is True)
 
