@@ -10,8 +10,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipeline.command_parser import CommandParser
 from pipeline.errors import LedgerError, PipelineError, RequestValidationError, UsageError
 from pipeline.ledger.base import Workspace
+from pipeline.ledger.key_text import redact_keys_in_message
 from pipeline.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -160,7 +162,7 @@ def _add_ledger_options(parser: argparse.ArgumentParser, workspace: bool = False
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="decisions", description="Property decisions: score listings against the market."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -217,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Handler = args.handler
         return handler(args, settings)
     except PipelineError as exc:
-        print(f"decisions: error: {exc}", file=sys.stderr)
+        print(f"decisions: error: {redact_keys_in_message(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("decisions: interrupted", file=sys.stderr)

@@ -905,3 +905,28 @@ def test_places_without_a_benchmark_of_their_own_are_named_before_paying(tmp_pat
     assert notes["Places without their own benchmark"].startswith(
         "1 row(s): district 'حي خارج حدود الاحياء' in Riyadh (1)."
     )
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        ["--api-k={key}"],  # an abbreviation argparse completed, then said back whole
+        ["--budget", "{key}"],  # not a number: argparse says the value
+        ["--workspace", "{key}"],  # no such workspace: the ledger says the name
+    ],
+)
+def test_a_key_typed_into_the_command_line_is_never_said_back_whole(
+    tmp_path, db, capsys, monkeypatch, mistake
+):
+    from pipeline.ledger.accounts import generate_key
+
+    key = generate_key()
+    monkeypatch.setenv("DECISIONS_API_KEY", key)
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "o.csv"), "--db", db]
+    try:
+        code = main([*args, *(arg.format(key=key) for arg in mistake)])
+    except SystemExit as stop:  # argparse's refusal
+        code = stop.code
+    said = capsys.readouterr().err
+    assert code == 2 and "decisions" in said
+    assert key[:11] in said and key[11:] not in said

@@ -20,6 +20,7 @@ from pipeline.batch.scorers.http import ApiKey, HttpScorer, RemoteConfig
 from pipeline.batch.scorers.retry import RetryPolicy, retry_after_s, set_testing
 from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import UsageError
+from pipeline.ledger.accounts import generate_key
 
 DECISION = {
     "verdict": "match",
@@ -678,3 +679,24 @@ def test_a_run_cancelled_while_workers_wait_for_the_budget_ends_cleanly():
     finally:
         loop.close()
     assert errors == []
+
+
+def test_a_service_that_repeats_the_key_gets_it_into_no_output():
+    key = generate_key()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        said = request.headers["authorization"]  # a service, or a proxy, echoing its request
+        if request.headers["idempotency-key"] == "key-1":
+            body = {"error": "validation_error", "message": f"bad {said}", "field": said}
+            return httpx.Response(422, json=body)
+        return httpx.Response(418, json={"error": said, "message": said.upper()})
+
+    scorer = HttpScorer(
+        RemoteConfig(base_url="http://service.test", retry=RetryPolicy(attempts=1)),
+        ApiKey(key),
+        transport=httpx.MockTransport(handler),
+    )
+    rows = run(scorer, 2)
+    assert rows["status"].to_list() == ["rejected", "failed"]
+    said = rows.select("error_code", "error_field", "error_message").write_csv()
+    assert key[3:] not in said.lower() and key[:11] in said.lower()

@@ -290,6 +290,35 @@ def test_a_path_cannot_write_a_line_of_its_own_into_the_access_log(
     assert '"GET /x\\nINFO:' in lines[0]  # escaped, on the one line of its request
 
 
+def test_forwarded_addresses_and_methods_are_logged_as_text_of_one_line(
+    service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    forged = f'1.2.3.4:5 "POST /v1/decisions" 200 key={service.key}\x1b[2K'
+    headers = {"X-Forwarded-For": forged}  # trusted from 127.0.0.1, as from a local proxy
+    assert_error(service.client.get(f"{service.url}/nowhere", headers=headers), 404, "not_found")
+    (line,) = _access_lines(caplog)
+    assert line.startswith("[1.2.3.4:5 'POST /v1/decisions' 200 key=sk-")  # not an address
+    assert "\x1b" not in line and "\\x1b" in line
+    assert service.key[12:] not in line
+
+
+def test_an_api_key_sent_as_idempotency_key_is_refused_not_stored(service: Service) -> None:
+    response = service.post(body(), headers={"Idempotency-Key": service.key})
+    payload = assert_error(response, 400, "invalid_idempotency_key")
+    assert "revoke" in str(payload["message"]) and service.key not in response.text
+    assert service.balance() == 100
+    assert service.key not in str(service.ledger.entries("acme"))
+
+
+@pytest.mark.parametrize("header", ["Content-Type", "Content-Encoding"])
+def test_a_header_value_said_back_in_a_415_holds_no_key(service: Service, header: str) -> None:
+    value = f"application/json; charset={service.key}" if header == "Content-Type" else service.key
+    response = service.post(content=json_of(body()).encode(), headers={header: value})
+    assert_error(response, 415, "unsupported_media_type")
+    assert service.key[12:] not in response.text
+
+
 # -- failures after the charge ---------------------------------------------------------------
 
 

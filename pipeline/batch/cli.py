@@ -27,6 +27,7 @@ from pipeline.batch.run import (
     run_batch,
 )
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
+from pipeline.command_parser import CommandParser
 from pipeline.errors import Interrupted, PipelineError, UsageError
 from pipeline.settings import Settings
 
@@ -117,7 +118,7 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     argv = ["score", *score_arguments(config, settings.root, today)]
     if args.db:
         argv += ["--db", args.db]
-    parser = argparse.ArgumentParser(prog="decisions")
+    parser = CommandParser(prog="decisions")
     add_score_command(parser.add_subparsers(dest="command"))
     score_args = parser.parse_args(argv)
     print(f"decisions nightly: {' '.join(argv)}", flush=True)

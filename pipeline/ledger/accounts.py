@@ -26,6 +26,7 @@ from typing import Literal, Protocol, get_args
 from pipeline.errors import PipelineError, UnknownWorkspace, UsageError
 from pipeline.ledger.base import check_name
 from pipeline.ledger.connection import ThreadConnections
+from pipeline.ledger.key_text import DISPLAY_CHARS as _DISPLAY_CHARS
 
 AccountType = Literal["broker", "agency", "buyer", "seller"]
 ACCOUNT_TYPES: tuple[str, ...] = get_args(AccountType)
@@ -35,7 +36,6 @@ KEY_PREFIX = "sk-"
 _SECRET_BYTES = 25  # 200 bits: exactly 40 base32 characters, no padding
 _SECRET_CHARS = 40
 _CHECKSUM_CHARS = 6
-_DISPLAY_CHARS = 8  # secret characters shown in the display prefix
 _KEY_RE = re.compile(rf"sk-[a-z2-7]{{{_SECRET_CHARS + _CHECKSUM_CHARS}}}")
 
 _SCHEMA = """
@@ -151,16 +151,6 @@ def check_key_format(key: str) -> bool:
 def display_prefix(key: str) -> str:
     """The part of a key that may appear in logs and listings."""
     return key[: len(KEY_PREFIX) + _DISPLAY_CHARS]
-
-
-# Anything shaped like the start of a key, however it is cased: a key pasted into a URL path
-# must not reach a log line or an error body whole.
-_KEY_LIKE_RE = re.compile(rf"({KEY_PREFIX}[a-z0-9]{{{_DISPLAY_CHARS}}})[a-z0-9]+", re.IGNORECASE)
-
-
-def redact_keys(text: str) -> str:
-    """`text` with every key-like token cut to its display prefix (for paths in logs and errors)."""
-    return _KEY_LIKE_RE.sub("\\1...", text)
 
 
 def hash_key(key: str) -> str:

@@ -6,6 +6,7 @@ string), status, key prefix and time. The handler puts the prefix in `scope["sta
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 import time
@@ -13,17 +14,31 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pipeline.ledger.accounts import redact_keys
+from pipeline.ledger.key_text import redact_keys
 
 log = logging.getLogger("pipeline.service.access")
 
-# The path arrives percent-decoded: a %0a in it would start a line of the caller's making.
+# The path arrives percent-decoded: a %0a in it would start a line of the caller's making; so
+# may the method, and the client address a proxy takes from X-Forwarded-For.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def _printable(path: str) -> str:
-    """`path` with control characters escaped (\\n, \\x00...), so one request is one line."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), path)
+def _said(text: str) -> str:
+    """What the caller sent, as logged: no key whole, control characters escaped (\\n, \\x1b...),
+    so one request is one line, and a terminal shows it as sent."""
+    return _CONTROL.sub(
+        lambda m: m.group().encode("unicode_escape").decode("ascii"), redact_keys(text)
+    )
+
+
+def _host(host: str) -> str:
+    """The client's address; in brackets, its double quotes made single, when it is no address
+    (uvicorn takes it from X-Forwarded-For when the request comes from 127.0.0.1: a local
+    proxy's, or anyone's), so that it cannot pass for a request of its own."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return "[" + _said(host).replace('"', "'") + "]"
 
 
 class AccessLog:
@@ -50,10 +65,10 @@ class AccessLog:
             client = scope.get("client") or ("-", 0)
             log.info(
                 '%s:%s "%s %s" %d key=%s %.1fms',
-                client[0],
+                _host(str(client[0])),
                 client[1],
-                scope["method"],
-                _printable(redact_keys(scope["path"])),
+                _said(scope["method"]),
+                _said(scope["path"]),
                 status,
                 state.get("key_prefix", "-"),
                 (time.perf_counter() - started) * 1000,

@@ -10,7 +10,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from pipeline.errors import PipelineError
-from pipeline.ledger.accounts import AccountStore, redact_keys
+from pipeline.ledger.accounts import AccountStore
+from pipeline.ledger.key_text import redact_keys
 from pipeline.service.access_log import AccessLog
 from pipeline.service.activity import ConnectionActivity
 from pipeline.service.errors import ApiError, internal_error, json_response, translate

@@ -20,6 +20,7 @@ from pipeline.decisions import Decision
 from pipeline.errors import InsufficientDecisions, PipelineError, RequestValidationError
 from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey
 from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, cost_of, valid_idempotency_key
+from pipeline.ledger.key_text import looks_like_key, redact_keys
 from pipeline.service.errors import ApiError, internal_error, translate
 from pipeline.service.rate_limit import RateLimit, retry_after
 
@@ -75,7 +76,7 @@ def check_content_type(content_type: str | None, content_encoding: str | None = 
         raise ApiError(
             415,
             "unsupported_media_type",
-            f"send the request body uncompressed: Content-Encoding {content_encoding.strip()!r}"
+            f"send the request body uncompressed: Content-Encoding {_quoted(content_encoding)}"
             " is not accepted",
         )
     if not (content_type or "").strip():
@@ -92,8 +93,14 @@ def check_content_type(content_type: str | None, content_encoding: str | None = 
         raise ApiError(
             415,
             "unsupported_media_type",
-            f"send the request body as UTF-8 JSON (charset={charset} is not accepted)",
+            f"send the request body as UTF-8 JSON (charset={_quoted(charset)} is not accepted)",
         )
+
+
+def _quoted(value: str) -> str:
+    """A header value said back in an error: quoted, short, and no API key in it."""
+    value = redact_keys(value.strip())
+    return repr(value if len(value) <= 40 else value[:40] + "...")
 
 
 def _parameter(parameters: str, name: str) -> str | None:
@@ -119,6 +126,13 @@ def check_idempotency_key(value: str | None, *, repeated: bool = False) -> str |
             400,
             "invalid_idempotency_key",
             f"the Idempotency-Key header must be {IDEMPOTENCY_KEY_RULE}",
+        )
+    if looks_like_key(value):  # it would be stored, and listed in the ledger's entries
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            "the Idempotency-Key header holds an API key: send the key in Authorization only, "
+            "and revoke this one (`decisions key revoke`), as it may have been logged on the way",
         )
     return value
 

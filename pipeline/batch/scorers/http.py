@@ -64,6 +64,7 @@ from pipeline.batch.scorers.spend_gate import BudgetGone, Hold, SpendGate, Stop
 from pipeline.batch.scorers.transport import KeepAliveTransport
 from pipeline.engine.schema import BENCHMARK_FIELDS, LOCATION_FIELDS, PROPERTY_FIELDS
 from pipeline.errors import UsageError
+from pipeline.ledger.key_text import redact_keys_in_message
 
 if TYPE_CHECKING:
     from pipeline.engine.benchmarks import BenchmarkTable
@@ -504,8 +505,9 @@ class HttpScorer:
         response, attempts = sent.response, sent.attempts
         request_id, status = row["request_id"], response.status_code
         body = _json(response)
-        code = str(body.get("error") or f"http_{status}")
-        message = str(body.get("message") or f"the service answered HTTP {status}")
+        code = self._scrubbed(body.get("error") or f"http_{status}")
+        message = self._scrubbed(body.get("message") or f"the service answered HTTP {status}")
+        field = None if body.get("field") is None else self._scrubbed(body["field"])
         if 200 <= status < 300:
             try:
                 scored = _scored(request_id, body)
@@ -540,7 +542,7 @@ class HttpScorer:
             )
             return self._halt(stop, fatal=True)
         if status == 422 and code == "validation_error":
-            return _error_row(request_id, "rejected", code, message, body.get("field"))
+            return _error_row(request_id, "rejected", code, message, field)
         if status in RETRY_STATUSES and self._stopped_for_money():
             if status == 429 and attempts == sent.paced:
                 # Every attempt was refused 429: never charged, so it takes the run's stop.
@@ -575,7 +577,16 @@ class HttpScorer:
                 f"the service answered HTTP {status} {attempts} time(s); run the same command "
                 "again later: the same idempotency key makes the retry safe"
             )
-        return _error_row(request_id, "failed", code, message, body.get("field"))
+        return _error_row(request_id, "failed", code, message, field)
+
+    def _scrubbed(self, said: object) -> str:
+        """A service's words, for the outputs and the journal: without the API key, should the
+        service repeat what it was sent (a proxy's error page, a debugging build)."""
+        text = str(said)
+        secret = self._headers["authorization"].removeprefix("Bearer ").removeprefix("sk-")
+        if len(secret) >= 16:  # a key's secret part, not a word that a message may hold
+            text = text.replace(secret, "...")
+        return redact_keys_in_message(text)
 
     def _frame(self, requests: pl.DataFrame, answers: list[dict[str, Any] | Stop]) -> pl.DataFrame:
         rows: list[dict[str, Any]] = []
