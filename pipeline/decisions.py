@@ -44,8 +44,10 @@ class DecisionDesk:
     def __init__(self, engine: Engine, ledger: Ledger) -> None:
         self.engine = engine
         self.ledger = ledger
+        # A charge refused LedgerBusy has waited the busy timeout for the write lock; those
+        # queued behind it would each wait as long again (2 minutes for the second in line).
         self._charges: MicroBatcher[tuple[str, ChargeRequest], Charge] = MicroBatcher(
-            ledger.charge_each, name="charges"
+            ledger.charge_each, name="charges", fails_those_waiting=(LedgerBusy,)
         )
         self._completions: MicroBatcher[tuple[str, str, str | None], None] = MicroBatcher(
             partial(_complete_each, ledger), name="completions"

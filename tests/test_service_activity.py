@@ -144,6 +144,31 @@ def test_a_ledger_locked_past_the_busy_timeout_is_503_with_retry_after(tmp_path)
     assert after.status_code == 200 and ledger.workspace("acme").balance == 99
 
 
+def test_a_request_queued_behind_a_charge_refused_busy_waits_no_longer_than_it(tmp_path):
+    # Found by QA: the second in line waited for the first's timeout, then its own (2 minutes).
+    ledger = SqliteLedger(tmp_path / "ledger.db", busy_timeout_ms=1000)
+    app, headers = _served(ledger)
+    other_writer = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+
+    def timed_post(url: str) -> tuple[httpx.Response, float]:
+        started = time.perf_counter()
+        answer = httpx.post(f"{url}/v1/decisions", json=VALID, headers=headers, timeout=30)
+        return answer, time.perf_counter() - started
+
+    with BackgroundServer(app) as url, ThreadPoolExecutor(2) as clients:
+        other_writer.execute("BEGIN IMMEDIATE")
+        first = clients.submit(timed_post, url)
+        time.sleep(0.5)  # the writer thread is waiting for the lock with the first charge
+        second = clients.submit(timed_post, url)
+        (answer, _), (queued, waited) = first.result(), second.result()
+        other_writer.execute("COMMIT")
+
+    assert answer.status_code == queued.status_code == 503
+    assert queued.json()["error"] == "ledger_busy"
+    assert waited < 1.0  # about 0.5 s: the rest of the first's wait, not that and its own
+    assert ledger.workspace("acme").balance == 100
+
+
 def test_the_server_binds_itself_to_one_cpu_unless_told_not_to():
     code = (
         "import json, os; from pipeline.service.server import tune_process; "

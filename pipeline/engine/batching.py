@@ -25,9 +25,20 @@ Outcome = Any  # a result, or the exception that failed its item
 
 
 class MicroBatcher(Generic[Item, Result]):
-    def __init__(self, run_many: RunMany, *, max_batch: int = 256, name: str = "batcher") -> None:
+    """`fails_those_waiting`: exceptions of `run_many` that fail every item waiting behind the
+    batch as well (a lock held past its timeout: each would wait as long again)."""
+
+    def __init__(
+        self,
+        run_many: RunMany,
+        *,
+        max_batch: int = 256,
+        name: str = "batcher",
+        fails_those_waiting: tuple[type[BaseException], ...] = (),
+    ) -> None:
         self._run_many = run_many
         self._max_batch = max_batch
+        self._fails_those_waiting = fails_those_waiting
         self._queue: queue.SimpleQueue[tuple[list[Item], Future[list[Outcome]]]] = (
             queue.SimpleQueue()
         )
@@ -95,6 +106,8 @@ class MicroBatcher(Generic[Item, Result]):
         try:
             outcomes = list(self._run_many([item for items, _ in entries for item in items]))
         except BaseException as exc:
+            if isinstance(exc, self._fails_those_waiting):
+                entries = [*entries, *self._waiting()]
             for _, future in entries:
                 future.set_exception(exc)
             return
@@ -102,6 +115,14 @@ class MicroBatcher(Generic[Item, Result]):
         for items, future in entries:
             future.set_result(outcomes[start : start + len(items)])
             start += len(items)
+
+    def _waiting(self) -> list[tuple[list[Item], Future[list[Outcome]]]]:
+        waiting = []
+        while True:
+            try:
+                waiting.append(self._queue.get_nowait())
+            except queue.Empty:
+                return waiting
 
 
 def _settle(gathered: list[tuple[Any, asyncio.Future]], done: asyncio.Future) -> None:
