@@ -164,6 +164,30 @@ def test_invalid_json_is_a_validation_error():
     assert error_of('{"property": ').field == "body"
 
 
+@pytest.mark.parametrize(
+    ("prices", "reasoning", "field"),
+    [
+        ('"price": 9', '"reasoning": false, "reasoning": true', "reasoning"),  # which cost?
+        ('"price": 9', '"reasoning": false, "\\u0072easoning": true', "reasoning"),
+        ('"price": -1, "price": 950000', '"reasoning": false', "property.price"),
+    ],
+)
+def test_a_field_given_twice_is_refused_not_read_as_its_last(prices, reasoning, field):
+    error = error_of(
+        f'{{"property": {{"type": "villa", {prices}, "area": 3}},'
+        f' "location": {{"city": "Riyadh"}}, {reasoning}}}'
+    )
+    assert (error.field, error.message) == (field, f"{field} is given twice: send it once")
+
+
+def test_a_name_twice_in_other_places_is_no_repeated_field():
+    request = parse_request(
+        '{"property": {"type": "villa", "price": 9, "area": 3, "notes": "x"},'
+        ' "location": {"city": "type", "district": "type", "notes": "y"}, "reasoning": false}'
+    )
+    assert request.location.city == "type"
+
+
 def test_the_first_broken_rule_in_body_order_is_reported():
     error = error_of(body(property__area=-1, location__lat=500))
     assert error.field == "property.area"

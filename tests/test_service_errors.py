@@ -199,6 +199,14 @@ def test_malformed_json_is_said_once(service: Service) -> None:
     assert "Invalid JSON" not in message
 
 
+def test_a_cost_given_twice_is_refused_and_not_charged(service: Service) -> None:
+    twice = json_of(body())[:-1] + ', "reasoning": true}'  # charged 3 before: the last won
+    response = service.post(content=twice.encode(), headers={"Content-Type": "application/json"})
+    payload = assert_error(response, 422, "validation_error")
+    assert payload["field"] == "reasoning"
+    assert service.balance() == 100
+
+
 def test_content_type_with_charset_is_json(service: Service) -> None:
     import json
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import polars as pl
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from pipeline.engine.models import DecisionRequest
+from pipeline.engine.models import DecisionRequest, Location, Property
 from pipeline.engine.rules import first_violation
 from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import InvalidJson, RequestValidationError
@@ -39,6 +40,7 @@ def parse_request(body: bytes | str | dict[str, Any]) -> DecisionRequest:
         elif isinstance(body, str) and body.startswith(_BOM):
             body = body[len(_BOM) :]
         _refuse_non_json_numbers(body)
+        _refuse_repeated_fields(body)
         return DecisionRequest.model_validate_json(body)
     except ValidationError as exc:
         raise _translate(exc) from None
@@ -54,6 +56,44 @@ def _refuse_non_json_numbers(body: bytes | str) -> None:
             from_json(raw, allow_inf_nan=False)
         except ValueError as exc:
             raise _invalid_json(f"NaN and Infinity are not JSON numbers ({exc})") from None
+
+
+# Each field of the request by its name in the body: "price" -> "property.price".
+_FIELD_PATHS = {
+    **{name: name for name in DecisionRequest.model_fields},
+    **{name: f"property.{name}" for name in Property.model_fields},
+    **{name: f"location.{name}" for name in Location.model_fields},
+}
+_QUOTED_NAMES = [(f'"{name}"'.encode(), path) for name, path in _FIELD_PATHS.items()]
+
+
+class _Repeated(Exception):
+    pass
+
+
+def _refuse_repeated_fields(body: bytes | str) -> None:
+    """RequestValidationError for a field given twice in one object (`"reasoning": false,
+    "reasoning": true`): JSON parsers keep the last, and which the caller meant is not known,
+    though it decides the cost. The full check runs only for a body that holds a field's name
+    twice, or an escape that could spell one, so as to cost nothing else."""
+    raw = body.encode() if isinstance(body, str) else body
+    if b"\\u" not in raw and all(raw.count(quoted) < 2 for quoted, _ in _QUOTED_NAMES):
+        return
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [name for name, _ in pairs]
+        for name in names:
+            if name in _FIELD_PATHS and names.count(name) > 1:
+                raise _Repeated(name)
+        return dict(pairs)
+
+    try:
+        json.loads(raw, object_pairs_hook=unique)
+    except _Repeated as repeated:
+        path = _FIELD_PATHS[str(repeated)]
+        raise RequestValidationError(path, f"{path} is given twice: send it once") from None
+    except (ValueError, RecursionError):
+        return  # not JSON: pydantic's parser says why
 
 
 def _translate(exc: ValidationError) -> RequestValidationError:
