@@ -10,14 +10,16 @@ from fastapi.openapi.utils import get_openapi
 from pipeline.engine.models import DecisionRequest, DecisionResponse, ErrorBody, WorkspaceBody
 
 _ERRORS: dict[int, str] = {
-    400: "`invalid_json`: the body is not JSON; `invalid_idempotency_key`.",
+    400: "`invalid_json`: the body is not JSON; `invalid_idempotency_key`: empty, too long, "
+    "sent twice, or holding an API key.",
     401: "`invalid_api_key`: the key is missing, malformed, unknown or revoked.",
     402: "`insufficient_decisions`: the balance is lower than the cost (`required`, `balance`).",
     409: "`request_in_progress`: a request with this Idempotency-Key is still running.",
     413: "`payload_too_large`: the body is larger than the limit.",
     415: "`unsupported_media_type`: the body is not sent as application/json (UTF-8, "
     "uncompressed); a body sent without Content-Type is read as JSON.",
-    422: "`validation_error` (`field`, dotted path) or `idempotency_key_reused`.",
+    422: "`validation_error` (`field`, dotted path: a value breaks a rule, or a field is given "
+    "twice) or `idempotency_key_reused`.",
     429: "`rate_limited`: the workspace sent more requests a second than the server allows "
     "(`decisions serve --rate-limit`); nothing charged, send it again after `Retry-After`.",
     500: "`internal_error`: the evaluation failed; nothing charged (a charge made is refunded).",
