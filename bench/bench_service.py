@@ -106,14 +106,22 @@ def _serve(db: str, port: int) -> None:
     """The server process: the real app with the bare endpoint, no access log."""
     import uvicorn
 
-    from pipeline.service.server import build_app, tune_process
+    from pipeline.service.connections import DEFAULT_LIMITS
+    from pipeline.service.server import build_app, connection_options, tune_process
     from pipeline.settings import load_settings
 
     tune_process()  # as `decisions serve` does
 
     settings = load_settings()
     app = build_app(Path(db), settings.resolve(settings.benchmarks.table), bare_endpoint=True)
-    uvicorn.run(app, host="127.0.0.1", port=port, access_log=False, log_level="warning")
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        access_log=False,
+        log_level="warning",
+        **connection_options(DEFAULT_LIMITS),
+    )
 
 
 def _loop_name() -> str:
@@ -122,8 +130,8 @@ def _loop_name() -> str:
 
 
 def _http_name() -> str:
-    """What uvicorn's `http="auto"` parses with here (httptools only if installed)."""
-    return "httptools" if importlib.util.find_spec("httptools") else "h11"
+    """What the server parses HTTP with: h11, under `connections.GuardedH11Protocol`."""
+    return "h11"
 
 
 def _prepare(db: Path) -> str:

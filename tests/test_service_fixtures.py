@@ -20,6 +20,7 @@ from pipeline.engine.models import DecisionRequest
 from pipeline.ledger.accounts import SqliteAccounts
 from pipeline.ledger.sqlite import SqliteLedger
 from pipeline.service.app import create_app
+from pipeline.service.connections import DEFAULT_LIMITS, ConnectionLimits
 from pipeline.service.server import BackgroundServer
 
 VALID: dict[str, Any] = {
@@ -99,7 +100,12 @@ class Service:
 
 
 def start_service(
-    tmp_path: Path, engine: Any, balance: int = 100, **options: Any
+    tmp_path: Path,
+    engine: Any,
+    balance: int = 100,
+    *,
+    limits: ConnectionLimits = DEFAULT_LIMITS,
+    **options: Any,
 ) -> Iterator[Service]:
     db = tmp_path / "ledger.db"
     ledger = SqliteLedger(db)
@@ -108,7 +114,7 @@ def start_service(
     accounts.create_account("acme-broker", "acme", "broker")
     key = accounts.create_key("acme-broker").key
     app = create_app(DecisionDesk(engine, ledger), accounts, **options)  # type: ignore[arg-type]
-    with BackgroundServer(app) as url:
+    with BackgroundServer(app, limits=limits) as url:
         service = Service(url, ledger, accounts, key)
         try:
             yield service

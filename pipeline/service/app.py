@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError as FastApiValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from pipeline.errors import PipelineError
@@ -150,6 +151,13 @@ def create_app(
         field = ".".join(str(p) for p in first.get("loc", ())[1:]) or "body"
         message = f"{field}: {first.get('msg', 'invalid')}"
         return ApiError(422, "validation_error", message, extra={"field": field}).response()
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        # The client left, or its request timed out (answered 408 by the connection), before
+        # the body was read: nobody reads this answer, and it is no error of ours to log with a
+        # traceback. 499 in the access log, as nginx writes it.
+        return Response(status_code=499)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:

@@ -24,7 +24,8 @@ _ERRORS: dict[int, str] = {
     "(`decisions serve --rate-limit`); nothing charged, send it again after `Retry-After`.",
     500: "`internal_error`: the evaluation failed; nothing charged (a charge made is refunded).",
     503: "`ledger_busy`: the ledger stayed locked by another process (a backup, a long batch) "
-    "for a minute; send it again after `Retry-After` (with its Idempotency-Key).",
+    "for a minute; send it again after `Retry-After` (with its Idempotency-Key). "
+    "`too_many_connections`: the server has as many connections open as it allows.",
 }
 
 _HEADERS: dict[int, dict[str, Any]] = {

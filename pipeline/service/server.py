@@ -15,6 +15,13 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.config import LOGGING_CONFIG
 
+from pipeline.service.connections import (
+    BACKLOG,
+    DEFAULT_LIMITS,
+    ConnectionLimits,
+    guarded_protocol,
+)
+
 # The event loop shares the GIL with the ledger's writer threads, and Python hands the GIL to a
 # waiting thread only once per switch interval (5 ms by default): a writer with charges to
 # commit would wait that long behind a busy loop while every request waits on it. Measured
@@ -76,7 +83,19 @@ def log_config() -> dict[str, Any]:
     return config
 
 
-def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, one_cpu: bool = True) -> None:
+def connection_options(limits: ConnectionLimits) -> dict[str, Any]:
+    """uvicorn's options for the connections `limits` allow (see `connections`)."""
+    return {"http": guarded_protocol(limits), "backlog": BACKLOG}
+
+
+def serve(
+    app: FastAPI,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    one_cpu: bool = True,
+    limits: ConnectionLimits = DEFAULT_LIMITS,
+) -> None:
     """Serve until SIGINT/SIGTERM; uvicorn lets requests in flight finish before it exits."""
     cpu = tune_process(one_cpu=one_cpu)
     if cpu is not None:
@@ -88,15 +107,29 @@ def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, one_cpu: b
         access_log=False,
         log_config=log_config(),
         timeout_graceful_shutdown=30,
+        **connection_options(limits),
     )
 
 
 class BackgroundServer:
     """uvicorn in a thread on 127.0.0.1 and a free port: `with BackgroundServer(app) as url:`."""
 
-    def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", log_level: str = "warning"):
+    def __init__(
+        self,
+        app: FastAPI,
+        *,
+        host: str = "127.0.0.1",
+        log_level: str = "warning",
+        limits: ConnectionLimits = DEFAULT_LIMITS,
+    ):
         config = uvicorn.Config(
-            app, host=host, port=0, access_log=False, log_level=log_level, lifespan="off"
+            app,
+            host=host,
+            port=0,
+            access_log=False,
+            log_level=log_level,
+            lifespan="off",
+            **connection_options(limits),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -1,0 +1,155 @@
+"""Limits on client connections: how long a request may take to arrive, how many are open.
+
+uvicorn times out only idle keep-alive connections (between requests): a client that sent half
+a request head, or a body at a trickle, held its socket for ever, and a few hundred such clients
+used up the process's file descriptors and locked every other client out. `GuardedH11Protocol`
+(uvicorn's h11 protocol, passed to uvicorn as `http=`) closes a connection whose request head
+is not complete `head_timeout_s` after its first byte (or after the connection opened), or
+whose whole request has not arrived `request_timeout_s` after that; it answers 408
+`request_timeout` first unless an answer to the request has begun. A request that arrives in
+one read (nearly all of them: a head and a body of up to 64 KiB) arms no timer; a slower one
+arms one loop timer, cancelled once the request is complete.
+
+Past `max_connections` open connections a new one is answered 503 `too_many_connections` and
+closed. uvicorn's `limit_concurrency` does not bound connections: it answers 503 to a request
+once its head is complete (a client that never completes one is never refused) and counts idle
+keep-alive connections as busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import ClassVar
+
+import h11
+from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
+
+HEAD_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 30.0
+# Under the default `ulimit -n` of 1024: these, up to 32 more being turned away, the sockets
+# asyncio accepts before their protocol sees them (up to BACKLOG a wake-up, a few wake-ups) and
+# the ledger's own files stay under 1024 (a flood of 2,000 connections: 718 at most).
+MAX_CONNECTIONS = 512
+TURNING_AWAY_MAX = 32
+BACKLOG = 128
+# How long a turned-away client has to read its 503 before the socket is closed: closing it
+# while its request sits unread would send a reset, which may destroy the answer unread.
+TURN_AWAY_LINGER_S = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnectionLimits:
+    head_timeout_s: float = HEAD_TIMEOUT_S
+    request_timeout_s: float = REQUEST_TIMEOUT_S
+    max_connections: int = MAX_CONNECTIONS
+
+
+DEFAULT_LIMITS = ConnectionLimits()
+
+
+def _body(code: str, message: str) -> bytes:
+    return json.dumps({"error": code, "message": message}, separators=(",", ":")).encode()
+
+
+class GuardedH11Protocol(H11Protocol):
+    limits: ClassVar[ConnectionLimits] = DEFAULT_LIMITS
+
+    _deadline: asyncio.TimerHandle | None = None
+    _timing: object = None  # the part of a request timed: h11.IDLE (its head) or h11.SEND_BODY
+    _started = 0.0
+    _turned_away = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self._turn_away()
+        else:
+            self._time(h11.IDLE)
+
+    def data_received(self, data: bytes) -> None:
+        if self._turned_away:
+            return
+        super().data_received(data)
+        state = self.conn.their_state
+        if state is h11.IDLE or state is h11.SEND_BODY:
+            self._time(state)
+        elif self._timing is not None:
+            self._stop_timing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_timing()
+        super().connection_lost(exc)
+
+    def _time(self, part: object) -> None:
+        """Arm the deadline of `part` of the request arriving (the head, or the whole request)
+        unless it is armed; the request's first byte (or the connection opening) starts the
+        clock."""
+        if self._timing is part:
+            return
+        if self._deadline is not None:
+            self._deadline.cancel()
+        if self._timing is None or part is h11.IDLE:  # else the head has come: same request
+            self._started = self.loop.time()
+        self._deadline = self.loop.call_at(self._started + self._limit(part), self._timed_out)
+        self._timing = part
+
+    def _limit(self, part: object) -> float:
+        return self.limits.head_timeout_s if part is h11.IDLE else self.limits.request_timeout_s
+
+    def _stop_timing(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._timing = None
+
+    def _timed_out(self) -> None:
+        what = "request head" if self._timing is h11.IDLE else "request"
+        message = (
+            f"the {what} did not arrive within {self._limit(self._timing):g} s; "
+            "the connection is closed"
+        )
+        self._deadline = None
+        self._timing = None
+        if self.transport.is_closing():
+            return
+        if self.conn.our_state is h11.IDLE or self.conn.our_state is h11.SEND_RESPONSE:
+            if self.cycle is not None and not self.cycle.response_complete:
+                # The app may be waiting for the rest of the body: it reads a disconnect, and
+                # whatever it answers is dropped.
+                self.cycle.disconnected = True
+                self.cycle.message_event.set()
+            self._answer(408, _body("request_timeout", message))
+        self.transport.close()
+
+    def _turn_away(self) -> None:
+        self._turned_away = True
+        if len(self.connections) > self.limits.max_connections + TURNING_AWAY_MAX:
+            self.transport.abort()
+            return
+        message = (
+            f"the server has {self.limits.max_connections} connections open, its limit; "
+            "try again shortly"
+        )
+        self._answer(503, _body("too_many_connections", message), (b"retry-after", b"1"))
+        self.transport.write_eof()
+        self.loop.call_later(TURN_AWAY_LINGER_S, self.transport.abort)
+
+    def _answer(self, status: int, body: bytes, *headers: tuple[bytes, bytes]) -> None:
+        """A JSON answer on a connection about to close, before or instead of the app's."""
+        head = [
+            *self.server_state.default_headers,
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+            *headers,
+        ]
+        response = h11.Response(status_code=status, headers=head, reason=STATUS_PHRASES[status])
+        for event in (response, h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event) or b"")
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type[GuardedH11Protocol]:
+    """The protocol class to pass to uvicorn as `http=`, under `limits`."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})

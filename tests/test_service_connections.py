@@ -1,0 +1,166 @@
+"""Slow and surplus connections, through a real server and raw sockets as the clients.
+
+The limits are configured short (half a second to the head) so that each test takes a second
+or two; `pipeline.service.connections` holds the defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.service.connections import ConnectionLimits
+from tests.test_service_fixtures import VALID, FakeEngine, Service, running_service
+
+HEAD_S = 0.5
+REQUEST_S = 1.0
+BODY = json.dumps(VALID).encode()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    limits = ConnectionLimits(head_timeout_s=HEAD_S, request_timeout_s=REQUEST_S)
+    with running_service(tmp_path, FakeEngine(), limits=limits) as running:
+        yield running
+
+
+@pytest.fixture
+def server_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """What uvicorn logs (its loggers do not propagate to the root, where caplog listens)."""
+    log = logging.getLogger("uvicorn.error")
+    log.addHandler(caplog.handler)
+    try:
+        yield caplog
+    finally:
+        log.removeHandler(caplog.handler)
+
+
+def connect(service: Service) -> socket.socket:
+    host, port = service.url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    sock.settimeout(5)  # a connection the server never closes fails the test in 5 s
+    return sock
+
+
+def request_head(service: Service, length: int = len(BODY)) -> bytes:
+    return (
+        f"POST /v1/decisions HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {service.key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """Status, headers and JSON body of one answer (Content-Length framed)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed without an answer after {data!r}")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {n.strip().lower(): v.strip() for n, v in (line.split(":", 1) for line in lines)}
+    while len(body) < int(headers["content-length"]):
+        body += sock.recv(65536)
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+def assert_timed_out(sock: socket.socket, what: str) -> None:
+    status, headers, body = read_answer(sock)
+    assert (status, headers["connection"]) == (408, "close")
+    limit = HEAD_S if what == "request head" else REQUEST_S
+    assert body == {
+        "error": "request_timeout",
+        "message": f"the {what} did not arrive within {limit:g} s; the connection is closed",
+    }
+    assert sock.recv(1) == b""
+
+
+def test_a_half_sent_head_is_answered_408_and_closed_while_others_are_served(service):
+    with connect(service) as slow:
+        started = time.monotonic()
+        slow.sendall(request_head(service)[:40])
+        assert service.post(VALID).status_code == 200
+        assert_timed_out(slow, "request head")
+        assert HEAD_S - 0.05 < time.monotonic() - started < HEAD_S + 2
+    assert service.post(VALID).status_code == 200
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_head_limit(service):
+    with connect(service) as silent:
+        started = time.monotonic()
+        assert_timed_out(silent, "request head")
+        assert time.monotonic() - started < HEAD_S + 2
+
+
+def test_a_trickling_body_is_answered_408_and_nothing_is_charged_for_it(service, server_log):
+    balance = service.balance()
+    served = 0
+    with connect(service) as slow:
+        started = time.monotonic()
+        slow.sendall(request_head(service))
+        for byte in BODY[: int(REQUEST_S / 0.1 * 0.8)]:  # a byte every 0.1 s, then nothing
+            slow.sendall(bytes([byte]))
+            assert service.post(VALID).status_code == 200
+            served += 1
+            time.sleep(0.1)
+        assert_timed_out(slow, "request")
+        assert REQUEST_S - 0.05 < time.monotonic() - started < REQUEST_S + 2
+    assert service.balance() == balance - served
+    # The app's read of the body is cut short: no "Exception in ASGI application" traceback.
+    assert [r.getMessage() for r in server_log.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_keep_alive_client_is_not_cut_off_between_slow_requests(service):
+    """Gaps between requests longer than both limits (shorter than uvicorn's 5 s keep-alive
+    timeout), and a head sent in two parts: every request answered on the one connection."""
+    with connect(service) as client:
+        for round_ in range(3):
+            if round_:
+                time.sleep(REQUEST_S + 0.1)
+            head = request_head(service)
+            client.sendall(head[:30])
+            time.sleep(0.1)
+            client.sendall(head[30:] + BODY)
+            status, headers, _ = read_answer(client)
+            assert (status, headers.get("connection")) == (200, None)
+
+
+def test_connections_past_the_limit_are_answered_503_and_the_rest_served(tmp_path):
+    """uvicorn's limit_concurrency would refuse requests on connections that are open and idle
+    in keep-alive; the limit here counts connections, and every one of them is served."""
+    limit = 150
+    with running_service(
+        tmp_path, FakeEngine(), balance=1000, limits=ConnectionLimits(max_connections=limit)
+    ) as service:
+        clients = [connect(service) for _ in range(limit)]
+        try:
+            for round_ in range(2):  # all keep-alive, all answered, twice
+                for client in clients:
+                    client.sendall(request_head(service) + BODY)
+                assert [read_answer(c)[0] for c in clients] == [200] * limit, round_
+            with connect(service) as surplus:
+                surplus.sendall(request_head(service) + BODY)
+                status, headers, body = read_answer(surplus)
+                assert (status, headers["retry-after"], body["error"]) == (
+                    503,
+                    "1",
+                    "too_many_connections",
+                )
+                assert surplus.recv(1) == b""
+            clients.pop().close()
+            deadline = time.monotonic() + 5
+            while (status := service.post(VALID).status_code) == 503:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert status == 200
+        finally:
+            for client in clients:
+                client.close()
