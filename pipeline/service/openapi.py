@@ -14,6 +14,8 @@ _ERRORS: dict[int, str] = {
     "sent twice, or holding an API key.",
     401: "`invalid_api_key`: the key is missing, malformed, unknown or revoked.",
     402: "`insufficient_decisions`: the balance is lower than the cost (`required`, `balance`).",
+    408: "`request_timeout`: the request head did not arrive within 10 s, or the whole request "
+    "within 30 s; the connection is closed.",
     409: "`request_in_progress`: a request with this Idempotency-Key is still running.",
     413: "`payload_too_large`: the body is larger than the limit.",
     415: "`unsupported_media_type`: the body is not sent as application/json (UTF-8, "
