@@ -379,6 +379,39 @@ def test_a_wide_title_and_an_empty_formula_above_the_header_are_titles(tmp_path,
     )
 
 
+def test_notes_below_the_table_are_not_listings(tmp_path, db, capsys):
+    import xlsxwriter
+
+    source = tmp_path / "export.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["City", "Type", "Price", "Area"])
+    sheet.write_row(1, 0, ["Riyadh", "villa", 3000000, 400])
+    sheet.write_row(2, 0, ["Jeddah", "apartment", 900000, 150])
+    sheet.write(5, 0, "Source: CRM export, November 2026. Prices in SAR, areas in m2.")
+    sheet.write(6, 1, "Prepared by: Omar")
+    workbook.close()
+    out = tmp_path / "scored.xlsx"
+    assert score(db, str(source), "-o", str(out), "--json") == 0
+    results = openpyxl.load_workbook(out)["Results"]
+    assert [row[0] for row in results.iter_rows(min_row=2, values_only=True)] == [
+        "Riyadh", "Jeddah"
+    ]  # fmt: skip
+    assert openpyxl.load_workbook(out)["Rejects"].max_row == 1  # (it held 4 rejects, 2 of them blank)
+    assert json.loads(capsys.readouterr().out)["notes"]["Notes below the table"] == (
+        "the 4 row(s) under the last listing (a blank row, then notes such as "
+        "'Source: CRM export, November 2026. Price…') are not listings"
+    )
+
+
+def test_a_row_of_one_value_in_the_table_is_a_listing_rejected(tmp_path, db):
+    source = tmp_path / "in.csv"  # no blank row above it: part of the table
+    source.write_text("City,Type,Price,Area\nRiyadh,villa,3000000,400\nJeddah,,,\n")
+    out = tmp_path / "out.csv"
+    assert score(db, str(source), "-o", str(out)) == 0
+    assert pl.read_csv(out)["status"].to_list() == ["scored", "rejected"]
+
+
 def test_excel_error_values_in_name_columns_are_rejected_not_scored(tmp_path, db):
     import xlsxwriter
 

@@ -42,6 +42,7 @@ from pipeline.batch.fingerprint import request_fingerprints
 from pipeline.batch.header_row import header_below_title
 from pipeline.batch.journal import Journal
 from pipeline.batch.normalize import normalize, normalize_column
+from pipeline.batch.notes_below import notes_below
 from pipeline.batch.positions import scattered
 from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_SCHEMA, clash_free_names
 from pipeline.batch.scorers.base import Scorer
@@ -124,13 +125,24 @@ def prepare(options: BatchOptions) -> Prepared:
         source += f" (sheet {read.sheet!r}{first})"
     config = load_column_config(options.config)
     raw, mapping, header_note = _mapped(raw, config, source, read.renamed_headers or {})
+    notes = _reading_notes(read, header_note)
+    below = notes_below(raw)
+    if below is not None:
+        raw = below.table
+        notes.append(
+            (
+                "Notes below the table",
+                f"the {below.rows} row(s) under the last listing (a blank row, then notes such "
+                f"as {below.first_note!r}) are not listings",
+            )
+        )
     _check_priority(raw, options.priority)  # before a dry run, and before anything is paid
     row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
     requests = normalize(raw, mapping).with_columns(
         reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
     )
     problems = reject_reasons(raw, requests, mapping, row_numbers)
-    return Prepared(raw, mapping, requests, problems, _reading_notes(read, header_note))
+    return Prepared(raw, mapping, requests, problems, notes)
 
 
 def _mapped(
