@@ -397,7 +397,7 @@ def test_notes_below_the_table_are_not_listings(tmp_path, db, capsys):
     assert [row[0] for row in results.iter_rows(min_row=2, values_only=True)] == [
         "Riyadh", "Jeddah"
     ]  # fmt: skip
-    assert openpyxl.load_workbook(out)["Rejects"].max_row == 1  # (it held 4 rejects, 2 of them blank)
+    assert openpyxl.load_workbook(out)["Rejects"].max_row == 1  # it held 4 rejects (2 blank)
     assert json.loads(capsys.readouterr().out)["notes"]["Notes below the table"] == (
         "the 4 row(s) under the last listing (a blank row, then notes such as "
         "'Source: CRM export, November 2026. Price…') are not listings"
