@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import polars as pl
 
 SHOWN_CHARACTERS = 40  # of the first note, in the summary
+NOTES_ROWS_MAX = 1_000  # more rows of one value than that at the end are no notes
 
 
 @dataclass(frozen=True)
@@ -26,20 +27,30 @@ class NotesBelow:
 
 
 def notes_below(raw: pl.DataFrame) -> NotesBelow | None:
-    """`raw` without the notes below its table, or None when there are none."""
-    if raw.height == 0 or raw.width < 2:
+    """`raw` without the notes below its table, or None when there are none. Only the rows
+    at the end are looked at: the last of a file of listings (two values or more) ends it."""
+    if raw.height == 0 or raw.width < 2 or _filled(raw.tail(1))[0] >= 2:
         return None
-    values = raw.select(_value(c) for c in raw.columns)
-    filled = values.select(pl.sum_horizontal(pl.all().is_not_null()))[:, 0]
+    tail = raw.tail(NOTES_ROWS_MAX + 1)
+    filled = _filled(tail)
     table_rows = filled >= 2
     if not table_rows.any():
-        return None
+        return None  # no table above, or a block too long to be notes
     last = int(table_rows.arg_true()[-1])
     below = filled.slice(last + 1)
-    if below.is_empty() or below[0] != 0 or (below == 0).all():
+    if below[0] != 0 or (below == 0).all():
         return None
-    notes = values.slice(last + 1).select(pl.coalesce(pl.all()))[:, 0].drop_nulls()
-    return NotesBelow(raw.head(last + 1), below.len(), _shown(notes[0]))
+    notes = _values(tail.slice(last + 1)).select(pl.coalesce(pl.all()))[:, 0].drop_nulls()
+    return NotesBelow(raw.head(raw.height - below.len()), below.len(), _shown(notes[0]))
+
+
+def _filled(rows: pl.DataFrame) -> pl.Series:
+    """How many values each row holds."""
+    return _values(rows).select(pl.sum_horizontal(pl.all().is_not_null()))[:, 0]
+
+
+def _values(rows: pl.DataFrame) -> pl.DataFrame:
+    return rows.select(_value(c) for c in rows.columns)
 
 
 def _value(column: str) -> pl.Expr:
