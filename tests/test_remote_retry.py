@@ -591,11 +591,13 @@ def test_a_409_whose_earlier_charge_was_refunded_keeps_the_reserve():
 
 class LosingService:
     """A service keeping a balance that charges the first send of each `lost` key, then
-    answers it `answer` (a status, or "garbled": a 200 that is no decision) on every send."""
+    answers it `answer` (a status, or "garbled": a 200 that is no decision) on every send, or
+    on the first only (`lost_once`)."""
 
     def __init__(self, balance: int, lost: set[str], answer: str) -> None:
         self.balance, self.charges, self.lost, self.answer = balance, 0, lost, answer
         self.charged: set[str] = set()
+        self.lost_once = False
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(0.001)
@@ -607,6 +609,8 @@ class LosingService:
             self.balance -= 1
             self.charges += 1
         if key in self.lost:
+            if self.lost_once:
+                self.lost.discard(key)
             if self.answer == "garbled":
                 return httpx.Response(200, json={"status": "ok"})
             return httpx.Response(int(self.answer), json={"error": "from_the_gateway"})
@@ -614,11 +618,13 @@ class LosingService:
 
 
 @pytest.mark.parametrize(
-    ("answer", "code"), [("garbled", "invalid_response"), ("524", "from_the_gateway")]
+    ("answer", "code"),
+    [("garbled", "invalid_response"), ("501", "from_the_gateway"), ("524", "in_doubt")],
 )
 def test_an_answer_after_the_charge_keeps_its_cost_taken_from_the_budget(answer, code):
     # Found by QA: a 2xx that is no decision (charged) gave its cost back, 7 charges on
-    # --budget 3; so did a status a gateway sends once the service has charged (524).
+    # --budget 3; so did a status a gateway sends once the service has charged (524: retried
+    # now, until the budget stop ends its retries; 501: not retried).
     service = LosingService(100, {f"key-{n}" for n in range(1, 5)}, answer)
     scorer = scorer_with(service, concurrency=8)
     budget = Budget(3)
@@ -638,6 +644,19 @@ def test_with_a_reserve_and_no_balance_known_nothing_goes_after_an_answer_lost()
     assert service.balance >= 10  # the first request goes, the balance unknown, as documented
     skipped = result.filter(pl.col("status") == "skipped")["error_message"]
     assert skipped.str.contains("balance is not known", literal=True).all() and skipped.len()
+
+
+def test_with_a_reserve_and_no_balance_known_a_gateway_timeout_is_retried_to_learn_it():
+    # Found by QA: a 524 (not retried) on the first request of a run against a service that
+    # never tells the balance stopped the run at --reserve, every other row skipped, "top up
+    # the workspace", at a balance of 1,000. Retried under its key, it tells the balance.
+    service = LosingService(1000, {"key-1"}, "524")
+    service.lost_once = True
+    scorer = scorer_with(service, concurrency=2, reserve=10)
+    with scorer:
+        result = scorer.score(requests(8), budget=Budget(None))
+    assert result["status"].to_list() == ["scored"] * 8
+    assert service.charges == 8 and service.balance == 992
 
 
 def test_answers_lost_after_their_charge_keep_the_reserve():

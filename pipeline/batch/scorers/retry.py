@@ -42,9 +42,13 @@ from tenacity import (
 
 from pipeline.batch.scorers.sending import Answer
 
-RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+# A gateway in front of the service (Cloudflare's 520-524: the origin failed, is down, cannot
+# be reached or took too long) answers as a proxy's 502 and 504 do: for the service. The same
+# idempotency key makes each retry safe, and a retry answered tells the balance again.
+GATEWAY_STATUSES = frozenset({520, 521, 522, 523, 524})
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504}) | GATEWAY_STATUSES
 # Of those, the ones that say the service itself is not serving (not this request's trouble).
-UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504}) | GATEWAY_STATUSES
 
 # The transport raises httpx's exceptions; the others are a safety net for what might escape.
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
