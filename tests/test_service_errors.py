@@ -317,6 +317,9 @@ def test_an_api_key_sent_as_idempotency_key_is_refused_not_stored(service: Servi
     assert "revoke" in str(payload["message"]) and service.key not in response.text
     assert service.balance() == 100
     assert service.key not in str(service.ledger.entries("acme"))
+    for ordinary in ("risk-assessment-2024-11-42", "task-a1b2c3d4e5f6g7h8"):
+        answer = service.post(body(), headers={"Idempotency-Key": ordinary})
+        assert answer.status_code == 200, answer.text
 
 
 @pytest.mark.parametrize("header", ["Content-Type", "Content-Encoding"])

@@ -64,7 +64,7 @@ _FIELD_PATHS = {
     **{name: f"property.{name}" for name in Property.model_fields},
     **{name: f"location.{name}" for name in Location.model_fields},
 }
-_QUOTED_NAMES = [(f'"{name}"'.encode(), path) for name, path in _FIELD_PATHS.items()]
+_QUOTED_NAMES = [f'"{name}"'.encode() for name in _FIELD_PATHS]
 
 
 class _Repeated(Exception):
@@ -77,7 +77,7 @@ def _refuse_repeated_fields(body: bytes | str) -> None:
     though it decides the cost. The full check runs only for a body that holds a field's name
     twice, or an escape that could spell one, so as to cost nothing else."""
     raw = body.encode() if isinstance(body, str) else body
-    if b"\\u" not in raw and all(raw.count(quoted) < 2 for quoted, _ in _QUOTED_NAMES):
+    if b"\\u" not in raw and all(raw.count(quoted) < 2 for quoted in _QUOTED_NAMES):
         return
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

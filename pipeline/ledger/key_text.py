@@ -31,5 +31,6 @@ def redact_keys_in_message(text: str) -> str:
 
 
 def looks_like_key(text: str) -> bool:
-    """Whether `text` holds an API key, or the start of one (see `redact_keys`)."""
-    return _KEY_LIKE_RE.search(text) is not None
+    """Whether `text` holds an API key, or 20 characters of one (an Idempotency-Key such as
+    `risk-assessment-42` does not)."""
+    return _KEY_IN_MESSAGE_RE.search(text) is not None
