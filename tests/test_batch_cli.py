@@ -946,6 +946,8 @@ def test_places_without_a_benchmark_of_their_own_are_named_before_paying(tmp_pat
         ["--api-k={key}"],  # an abbreviation argparse completed, then said back whole
         ["--budget", "{key}"],  # not a number: argparse says the value
         ["--workspace", "{key}"],  # no such workspace: the ledger says the name
+        ["-o", "{key}"],  # an output of no known format: the error and the record say it
+        ["{key}"],  # the key as the input file: not found
     ],
 )
 def test_a_key_typed_into_the_command_line_is_never_said_back_whole(
@@ -955,11 +957,17 @@ def test_a_key_typed_into_the_command_line_is_never_said_back_whole(
 
     key = generate_key()
     monkeypatch.setenv("DECISIONS_API_KEY", key)
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "o.csv"), "--db", db]
+    typed = [arg.format(key=key) for arg in mistake]
+    source = [] if typed == [key] else [str(SAMPLE / "portfolio.csv")]
+    output = [] if typed[0] == "-o" else ["-o", str(tmp_path / "o.csv")]
+    manifest = tmp_path / "run.json"
+    args = ["score", *source, *typed, *output, "--db", db, "--json", "--manifest", str(manifest)]
     try:
-        code = main([*args, *(arg.format(key=key) for arg in mistake)])
+        code = main(args)
     except SystemExit as stop:  # argparse's refusal
         code = stop.code
-    said = capsys.readouterr().err
-    assert code == 2 and "decisions" in said
-    assert key[:11] in said and key[11:] not in said
+    said = capsys.readouterr()
+    assert code == 2 and "decisions" in said.err
+    assert key[:11] in said.err + said.out
+    records = manifest.read_text() if manifest.exists() else ""
+    assert key[11:] not in said.err + said.out + records

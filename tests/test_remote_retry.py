@@ -705,17 +705,21 @@ def test_a_service_that_repeats_the_key_gets_it_into_no_output():
 
     def handler(request: httpx.Request) -> httpx.Response:
         said = request.headers["authorization"]  # a service, or a proxy, echoing its request
+        if request.url.path.endswith("/v1/workspace"):
+            return httpx.Response(200, json={"workspace": said, "balance": 5})
         if request.headers["idempotency-key"] == "key-1":
             body = {"error": "validation_error", "message": f"bad {said}", "field": said}
             return httpx.Response(422, json=body)
-        return httpx.Response(418, json={"error": said, "message": said.upper()})
+        return httpx.Response(418, json={"error": said, "message": "auth" + said.upper()})
 
     scorer = HttpScorer(
         RemoteConfig(base_url="http://service.test", retry=RetryPolicy(attempts=1)),
         ApiKey(key),
         transport=httpx.MockTransport(handler),
     )
+    workspace, _ = scorer.identify()  # it names the journal, and shows in the outputs
+    assert key[3:] not in workspace.lower()
     rows = run(scorer, 2)
     assert rows["status"].to_list() == ["rejected", "failed"]
     said = rows.select("error_code", "error_field", "error_message").write_csv()
-    assert key[3:] not in said.lower() and key[:11] in said.lower()
+    assert key[3:] not in said.lower() and "sk-..." in said.lower()

@@ -118,6 +118,41 @@ def test_a_trickling_body_is_answered_408_and_nothing_is_charged_for_it(service,
     assert [r.getMessage() for r in server_log.records if r.levelno >= logging.ERROR] == []
 
 
+def test_a_request_pipelined_behind_an_answered_one_is_timed_as_well(service):
+    # Found by the security re-test: the second request came out of the buffer once the first
+    # was answered, not from a read, and no deadline was armed for it: held for ever.
+    with connect(service) as client:
+        started = time.monotonic()
+        first = b"GET /openapi.json HTTP/1.1\r\nHost: test\r\n\r\n"
+        client.sendall(first + request_head(service) + BODY[:5])  # then nothing more
+        status, _, _ = read_answer(client)
+        assert status == 200
+        assert_timed_out(client, "request")
+        assert time.monotonic() - started < REQUEST_S + 2
+
+
+def test_a_client_that_reads_none_of_its_answers_is_closed(service):
+    # Found by the security re-test: 400 requests sent at once, no answer read: the answers
+    # waited in the server's buffers for as long as the client liked.
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    host, port = service.url.removeprefix("http://").rsplit(":", 1)
+    client.connect((host, int(port)))
+    with client:
+        asked = b"GET /openapi.json HTTP/1.1\r\nHost: test\r\n\r\n"
+        client.sendall(asked * 400)
+        time.sleep(REQUEST_S + 1.5)  # reads nothing meanwhile
+        client.settimeout(5)
+        answers, data = 0, b""
+        try:
+            while chunk := client.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass  # closed with answers unread: a reset
+        answers = data.count(b"HTTP/1.1 200")
+        assert answers < 400  # not every answer: the connection was closed, not kept
+
+
 def test_a_keep_alive_client_is_not_cut_off_between_slow_requests(service):
     """Gaps between requests longer than both limits (shorter than uvicorn's 5 s keep-alive
     timeout), and a head sent in two parts: every request answered on the one connection."""

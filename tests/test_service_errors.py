@@ -309,6 +309,12 @@ def test_forwarded_addresses_and_methods_are_logged_as_text_of_one_line(
     assert line.startswith("[1.2.3.4:5 'POST /v1/decisions' 200 key=sk-")  # not an address
     assert "\x1b" not in line and "\\x1b" in line
     assert service.key[12:] not in line
+    zoned = f"::1%{service.key}\x85INFO:"  # an IPv6 zone: an address that holds any text
+    forwarded = {"X-Forwarded-For": zoned.encode("latin-1")}
+    get = service.client.get(f"{service.url}/nowhere", headers=forwarded)
+    assert_error(get, 404, "not_found")
+    line = _access_lines(caplog)[-1]
+    assert line.startswith("[::1%sk-") and "\\x85INFO" in line and service.key[12:] not in line
 
 
 def test_an_api_key_sent_as_idempotency_key_is_refused_not_stored(service: Service) -> None:

@@ -29,6 +29,7 @@ from pipeline.batch.run import (
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
 from pipeline.command_parser import CommandParser
 from pipeline.errors import Interrupted, PipelineError, UsageError
+from pipeline.ledger.key_text import redact_keys_in_message
 from pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ def _failure_record(
     outcome = getattr(error, "outcome", None)
     if outcome is not None:
         manifest = summary_json(outcome, error.scorer_version)  # type: ignore[arg-type]
-        return manifest | {"exit_code": error.exit_code, "error": str(error)}
+        return manifest | {"exit_code": error.exit_code, "error": _said(error)}
     remote = service_url(args.api_url)
     workspace = args.workspace or (None if remote else settings.ledger.workspace)
     return failure_manifest(error, started, args.input, workspace)
@@ -386,8 +387,10 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
             owner = identity[0]
             if workspace is not None and workspace != owner:
                 print(
-                    f"decisions: warning: the API key spends from workspace {owner!r}; "
-                    f"--workspace {workspace!r} only names this job's journal",
+                    redact_keys_in_message(
+                        f"decisions: warning: the API key spends from workspace {owner!r}; "
+                        f"--workspace {workspace!r} only names this job's journal"
+                    ),
                     file=sys.stderr,
                 )
             workspace = owner  # the summary names the workspace that pays
@@ -436,13 +439,14 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     progress.finish()
     if remote is not None and remote.stop_message:
         again = command_line(sys.argv)  # without --fresh, which would pay everything again
-        print(f"decisions: error: {remote.stop_message}\n  {again}", file=sys.stderr)
+        stopped = redact_keys_in_message(remote.stop_message)
+        print(f"decisions: error: {stopped}\n  {again}", file=sys.stderr)
     if isinstance(outcome, Plan):
         print_plan(outcome, as_json=args.json)
         return 0
     manifest = summary_json(outcome, scorer.version)
     if remote is not None and remote.stop_message:  # why the run stopped, for a monitor
-        manifest["error"] = remote.stop_message
+        manifest["error"] = redact_keys_in_message(remote.stop_message)
     if args.manifest:
         write_manifest(args.manifest, manifest)
     if args.json:
@@ -508,7 +512,7 @@ def failure_manifest(
         "version": package_version(),
         "scorer": None,
         "started_at": started.isoformat(timespec="seconds"),
-        "input": str(job_input(source)),
+        "input": redact_keys_in_message(str(job_input(source))),  # a key given as the file
         "input_sha256": None,
         "outputs": [],
         "rows": None,
@@ -518,12 +522,18 @@ def failure_manifest(
         "decisions_spent": getattr(error, "decisions_spent", 0),
         "balance_before": getattr(error, "balance_before", None),
         "balance_after": _balance_after(error),
-        "workspace": workspace,
+        "workspace": None if workspace is None else redact_keys_in_message(workspace),
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 3),
         "exit_code": error.exit_code,
-        "error": str(error),
+        "error": _said(error),
         "notes": {},
     }
+
+
+def _said(error: PipelineError) -> str:
+    """An error for a record (--json, --manifest): without an API key typed in the wrong place
+    (`-o sk-...`, the key as the input file), as the command line's own message."""
+    return redact_keys_in_message(str(error))
 
 
 def package_version() -> str:

@@ -36,7 +36,10 @@ def _host(host: str) -> str:
     (uvicorn takes it from X-Forwarded-For when the request comes from 127.0.0.1: a local
     proxy's, or anyone's), so that it cannot pass for a request of its own."""
     try:
-        return str(ipaddress.ip_address(host))
+        address = ipaddress.ip_address(host)
+        if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
+            raise ValueError("a zone, which may hold any text")  # ::1%<anything>
+        return str(address)
     except ValueError:
         return "[" + _said(host).replace('"', "'") + "]"
 

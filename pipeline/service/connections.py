@@ -8,7 +8,9 @@ is not complete `head_timeout_s` after its first byte (or after the connection o
 whose whole request has not arrived `request_timeout_s` after that; it answers 408
 `request_timeout` first unless an answer to the request has begun. A request that arrives in
 one read (nearly all of them: a head and a body of up to 64 KiB) arms no timer; a slower one
-arms one loop timer, cancelled once the request is complete.
+arms one loop timer, cancelled once the request is complete. A request pipelined behind
+another is timed from the moment the answer before it is complete. A client that reads none
+of its answers (the socket's buffers full) is closed after `request_timeout_s`.
 
 Past `max_connections` open connections a new one is answered 503 `too_many_connections` and
 closed. uvicorn's `limit_concurrency` does not bound connections: it answers 503 to a request
@@ -60,6 +62,8 @@ class GuardedH11Protocol(H11Protocol):
     _timing: object = None  # the part of a request timed: h11.IDLE (its head) or h11.SEND_BODY
     _started = 0.0
     _turned_away = False
+    _first = True  # no request has come in full yet: the connection's opening starts the clock
+    _unread: asyncio.TimerHandle | None = None  # closes a connection whose answers stay unread
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -72,14 +76,43 @@ class GuardedH11Protocol(H11Protocol):
         if self._turned_away:
             return
         super().data_received(data)
+
+    def handle_events(self) -> None:
+        # Called for data received, and once an answer is complete for a request that came
+        # pipelined behind it (already read: it would otherwise never be timed).
+        super().handle_events()
         state = self.conn.their_state
-        if state is h11.IDLE or state is h11.SEND_BODY:
+        if state is not h11.IDLE:
+            self._first = False
+        if state is h11.SEND_BODY or (
+            state is h11.IDLE and (self._first or self.conn.trailing_data[0])
+        ):
             self._time(state)
         elif self._timing is not None:
-            self._stop_timing()
+            self._stop_timing()  # (between requests, uvicorn's keep-alive timeout applies)
+
+    def pause_writing(self) -> None:
+        # The client reads none of the answers it asked for (the socket's buffers are full):
+        # given as long as a request has to arrive, it is closed.
+        super().pause_writing()
+        if self._unread is None:
+            self._unread = self.loop.call_later(self.limits.request_timeout_s, self._not_read)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
+
+    def _not_read(self) -> None:
+        self._unread = None
+        self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timing()
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
         super().connection_lost(exc)
 
     def _time(self, part: object) -> None:

@@ -32,6 +32,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -338,6 +339,7 @@ class HttpScorer:
         workspace, balance = body.get("workspace"), body.get("balance")
         if not isinstance(workspace, str) or not isinstance(balance, int):
             return None
+        workspace = self._scrubbed(workspace)  # it names the journal, and shows in the outputs
         self._gate.saw_balance(balance)
         return workspace, balance
 
@@ -585,7 +587,7 @@ class HttpScorer:
         text = str(said)
         secret = self._headers["authorization"].removeprefix("Bearer ").removeprefix("sk-")
         if len(secret) >= 16:  # a key's secret part, not a word that a message may hold
-            text = text.replace(secret, "...")
+            text = re.sub(re.escape(secret), "...", text, flags=re.IGNORECASE)
         return redact_keys_in_message(text)
 
     def _frame(self, requests: pl.DataFrame, answers: list[dict[str, Any] | Stop]) -> pl.DataFrame:
