@@ -276,13 +276,13 @@ def test_a_key_pasted_into_the_path_is_neither_echoed_nor_logged(
     assert "POST /v1/sk-" in server_log  # the lines are there, with the prefix only
 
 
-def _access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+def _access_lines(caplog: pytest.LogCaptureFixture, at_least: int = 1) -> list[str]:
     """The access log's lines, waited for: the server logs a request once its answer has left,
     so the client can read the answer first."""
     deadline = time.monotonic() + 5
     while True:
         lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.service.access"]
-        if lines or time.monotonic() > deadline:
+        if len(lines) >= at_least or time.monotonic() > deadline:
             return lines
         time.sleep(0.01)
 
@@ -313,7 +313,7 @@ def test_forwarded_addresses_and_methods_are_logged_as_text_of_one_line(
     forwarded = {"X-Forwarded-For": zoned.encode("latin-1")}
     get = service.client.get(f"{service.url}/nowhere", headers=forwarded)
     assert_error(get, 404, "not_found")
-    line = _access_lines(caplog)[-1]
+    line = _access_lines(caplog, 2)[-1]
     assert line.startswith("[::1%sk-") and "\\x85INFO" in line and service.key[12:] not in line
 
 
