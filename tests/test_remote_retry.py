@@ -590,31 +590,35 @@ def test_a_409_whose_earlier_charge_was_refunded_keeps_the_reserve():
 
 
 class LosingService:
-    """A service keeping a balance that charges the first send of each `lost` key, then
-    answers it `answer` (a status, or "garbled": a 200 that is no decision) on every send, or
-    on the first only (`lost_once`)."""
+    """A service keeping a balance that charges the first send of each key, and answers it
+    `answer` (a status, or "garbled": a 200 that is no decision) for a `lost` key, on every
+    send or on the first only (`lost_once`); a key charged before is answered by its replay,
+    as the service does: `Idempotent-Replayed`, and the balance after its charge."""
 
     def __init__(self, balance: int, lost: set[str], answer: str) -> None:
         self.balance, self.charges, self.lost, self.answer = balance, 0, lost, answer
-        self.charged: set[str] = set()
+        self.charged: dict[str, int] = {}  # key -> the balance after its charge
         self.lost_once = False
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(0.001)
         key = str(request.headers.get("idempotency-key"))
-        if key not in self.charged:
+        replay = key in self.charged
+        if not replay:
             if self.balance < 1:
                 return httpx.Response(402, json={"error": "insufficient_decisions", "balance": 0})
-            self.charged.add(key)
             self.balance -= 1
             self.charges += 1
+            self.charged[key] = self.balance
         if key in self.lost:
             if self.lost_once:
                 self.lost.discard(key)
             if self.answer == "garbled":
                 return httpx.Response(200, json={"status": "ok"})
             return httpx.Response(int(self.answer), json={"error": "from_the_gateway"})
-        return httpx.Response(200, json=DECISION | {"decisions_remaining": self.balance})
+        answer = DECISION | {"decisions_remaining": self.charged[key]}
+        headers = {"Idempotent-Replayed": "true"} if replay else {}
+        return httpx.Response(200, json=answer, headers=headers)
 
 
 @pytest.mark.parametrize(
@@ -657,6 +661,21 @@ def test_with_a_reserve_and_no_balance_known_a_gateway_timeout_is_retried_to_lea
         result = scorer.score(requests(8), budget=Budget(None))
     assert result["status"].to_list() == ["scored"] * 8
     assert service.charges == 8 and service.balance == 992
+
+
+@pytest.mark.parametrize("answer", ["524", "500"])
+def test_a_retry_answered_by_the_replay_of_its_own_charge_keeps_the_reserve(answer):
+    # Found by QA round 25: a request charged, its answer lost (524, or a 500 before it), and
+    # its retry answered by the replay of that charge: the replay's balance was not counted,
+    # so the run went on as if nothing was spent (12 -> 9 at --reserve 10).
+    service = LosingService(12, {"key-1", "key-2"}, answer)
+    service.lost_once = True
+    scorer = scorer_with(service, concurrency=1, reserve=10)
+    with scorer:
+        result = scorer.score(requests(8), budget=Budget(None))
+    assert service.balance == 10
+    assert scorer.balance() == 10  # the summary's Balance after
+    assert result["status"].to_list()[:2] == ["scored", "scored"]
 
 
 def test_answers_lost_after_their_charge_keep_the_reserve():

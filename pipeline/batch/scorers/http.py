@@ -16,11 +16,12 @@ the rest `skipped`; 401 stops the run at once, rows not answered end `failed` wi
 
 Sending within --budget and the balance above --reserve: `spend_gate.SpendGate`. The balance is
 known only from `decisions_remaining` (and a 402's `balance`), the lowest value seen being the
-latest. An answer marked `Idempotent-Replayed` says nothing of the balance now (its
-`decisions_remaining` is from then). On a request's first attempt it was paid for by an earlier
-run and spends nothing from this run's budget; on a retry it was paid for by an attempt of this
-run whose answer was lost (or, for a request in doubt, possibly by the earlier run: counted as
-spent, so the budget is never overrun).
+latest. An answer marked `Idempotent-Replayed` on a request's first attempt was paid for by an
+earlier run: it spends nothing from this run's budget, and says nothing of the balance now (its
+`decisions_remaining` is from then). On a retry it was paid for by an attempt of this run whose
+answer was lost (or, for a request in doubt, possibly by the earlier run): counted as spent, so
+the budget is never overrun, and its balance, the one after that charge, is taken as any
+answer's is, so `--reserve` is kept too.
 
 The API key lives in an `ApiKey`, whose repr and str hide it; it is only ever put in the
 Authorization header, and redirects are never followed, so it never reaches another host.
@@ -521,11 +522,13 @@ class HttpScorer:
                     f"the service's answer (HTTP {status}) is not a decision body; run the same "
                     "command again: the same idempotency key replays it without a new charge",
                 )
-            if response.headers.get("idempotent-replayed") == "true":
-                # Paid for by an earlier run, and spends nothing now, unless an attempt of this
-                # run may have been charged (a 429 or a 409 never was: it was refused, not lost).
-                if attempts - sent.refused == 1 and response.sends == 1:
-                    scored[_REPLAYED] = True
+            replayed = response.headers.get("idempotent-replayed") == "true"
+            # A replay is paid for by an earlier run, and spends nothing now, unless an attempt
+            # of this run may have been charged (a 429 or a 409 never was: it was refused, not
+            # lost): its balance is then the one after this run's charge, which the run must
+            # count (a replay of an earlier run's charge tells the balance of then).
+            if replayed and attempts - sent.refused == 1 and response.sends == 1:
+                scored[_REPLAYED] = True
             else:
                 self._gate.saw_balance(body.get("decisions_remaining"))
             return scored
