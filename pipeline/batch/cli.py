@@ -437,16 +437,18 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         )
         journal.close()
     progress.finish()
+    stopped = None  # why a remote run stopped, without an API key
     if remote is not None and remote.stop_message:
-        again = command_line(sys.argv)  # without --fresh, which would pay everything again
         stopped = redact_keys_in_message(remote.stop_message)
+    if stopped is not None:
+        again = command_line(sys.argv)  # without --fresh, which would pay everything again
         print(f"decisions: error: {stopped}\n  {again}", file=sys.stderr)
     if isinstance(outcome, Plan):
         print_plan(outcome, as_json=args.json)
         return 0
     manifest = summary_json(outcome, scorer.version)
-    if remote is not None and remote.stop_message:  # why the run stopped, for a monitor
-        manifest["error"] = redact_keys_in_message(remote.stop_message)
+    if stopped is not None:  # why the run stopped, for a monitor
+        manifest["error"] = stopped
     if args.manifest:
         write_manifest(args.manifest, manifest)
     if args.json:

@@ -29,9 +29,9 @@ class NotesBelow:
 def notes_below(raw: pl.DataFrame) -> NotesBelow | None:
     """`raw` without the notes below its table, or None when there are none. Only the rows
     at the end are looked at: the last of a file of listings (two values or more) ends it."""
-    if raw.height == 0 or raw.width < 2 or _filled(raw.tail(1))[0] >= 2:
+    if raw.height == 0 or raw.width < 2 or _filled(_values(raw.tail(1)))[0] >= 2:
         return None
-    tail = raw.tail(NOTES_ROWS_MAX + 1)
+    tail = _values(raw.tail(NOTES_ROWS_MAX + 1))
     filled = _filled(tail)
     table_rows = filled >= 2
     if not table_rows.any():
@@ -40,16 +40,17 @@ def notes_below(raw: pl.DataFrame) -> NotesBelow | None:
     below = filled.slice(last + 1)
     if below[0] != 0 or (below == 0).all():
         return None
-    notes = _values(tail.slice(last + 1)).select(pl.coalesce(pl.all()))[:, 0].drop_nulls()
+    notes = tail.slice(last + 1).select(pl.coalesce(pl.all()))[:, 0].drop_nulls()
     return NotesBelow(raw.head(raw.height - below.len()), below.len(), _shown(notes[0]))
 
 
-def _filled(rows: pl.DataFrame) -> pl.Series:
-    """How many values each row holds."""
-    return _values(rows).select(pl.sum_horizontal(pl.all().is_not_null()))[:, 0]
+def _filled(values: pl.DataFrame) -> pl.Series:
+    """How many values each row of `_values` holds."""
+    return values.select(pl.sum_horizontal(pl.all().is_not_null()))[:, 0]
 
 
 def _values(rows: pl.DataFrame) -> pl.DataFrame:
+    """The rows' cells as `_value`s: text, or None."""
     return rows.select(_value(c) for c in rows.columns)
 
 
