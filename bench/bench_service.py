@@ -106,7 +106,7 @@ def _serve(db: str, port: int) -> None:
     """The server process: the real app with the bare endpoint, no access log."""
     import uvicorn
 
-    from pipeline.service.connections import DEFAULT_LIMITS
+    from pipeline.service.limits import DEFAULT_LIMITS
     from pipeline.service.server import build_app, connection_options, tune_process
     from pipeline.settings import load_settings
 

@@ -15,6 +15,13 @@ from typing import Any
 
 from pipeline.errors import UsageError
 from pipeline.ledger.accounts import ACCOUNT_TYPES, AccountError, KeyInfo, SqliteAccounts
+from pipeline.service.limits import (
+    HEAD_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    REQUEST_TIMEOUT_S,
+    ConnectionLimits,
+    allow_descriptors_for,
+)
 from pipeline.settings import Settings
 
 DEMO_WORKSPACE = "demo"
@@ -54,6 +61,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.service.server import build_app, serve
 
     check_can_listen(args.host, args.port)
+    allow_descriptors_for(args.max_connections)
     db = _db(args, settings)
     if args.demo:
         balance = _ensure_demo(db)
@@ -67,8 +75,13 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             + "\n",
             flush=True,
         )
+    limits = ConnectionLimits(
+        head_timeout_s=args.head_timeout,
+        request_timeout_s=args.request_timeout,
+        max_connections=args.max_connections,
+    )
     app = build_app(db, settings.resolve(settings.benchmarks.table), rate_limit=args.rate_limit)
-    serve(app, host=args.host, port=args.port, one_cpu=not args.all_cpus)
+    serve(app, host=args.host, port=args.port, one_cpu=not args.all_cpus, limits=limits)
     return 0
 
 
@@ -121,6 +134,22 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 3600]")
+    return seconds
+
+
+def _connections(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of connections above 0")
+    return int(text)
+
+
 def _per_second(text: str) -> float:
     try:
         rate = float(text)
@@ -166,6 +195,31 @@ def add_service_commands(commands: Any) -> None:
         metavar="N",
         help="decisions requests a second each workspace may send, in bursts of up to N; "
         "past that 429 rate_limited with Retry-After, nothing charged (default: no limit)",
+    )
+    serve.add_argument(
+        "--head-timeout",
+        type=_seconds,
+        default=HEAD_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a request's head must arrive within this of its first byte, else 408 and the "
+        f"connection closed (default {HEAD_TIMEOUT_S:g})",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=_seconds,
+        default=REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="the whole request, body included, must arrive within this, else 408; a client "
+        "reading none of its answers is disconnected after as long "
+        f"(default {REQUEST_TIMEOUT_S:g})",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_connections,
+        default=MAX_CONNECTIONS,
+        metavar="N",
+        help="connections open at once; past that 503 too_many_connections and closed "
+        f"(default {MAX_CONNECTIONS}; the process's file descriptor limit must allow it)",
     )
     _db_option(serve)
     serve.set_defaults(handler=cmd_serve)

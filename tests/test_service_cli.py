@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from pipeline.cli import main
 from pipeline.ledger.accounts import SqliteAccounts, check_key_format, generate_key
+from pipeline.service.limits import descriptors_needed
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_account_and_key_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -150,3 +162,118 @@ def test_a_reader_that_stops_early_ends_the_listing_quietly(tmp_path: Path) -> N
     listing.stdout.close()  # as `head -1` does
     assert listing.wait(timeout=60) == 141
     assert listing.stderr is not None and listing.stderr.read() == b""
+
+
+@contextmanager
+def _served(tmp_path: Path, *options: str, limit_files: int | None = None) -> Iterator[Served]:
+    """`decisions serve` in a process of its own with `options`, once it listens (and, with
+    `limit_files`, started under that soft limit on open files: `ulimit -n`)."""
+    db, port = tmp_path / "l.db", _free_port()
+    assert main(["workspace", "create", "w", "--balance", "5", "--db", str(db)]) == 0
+
+    def limited() -> None:
+        if limit_files is not None:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit_files, hard))
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "serve", "--port", str(port), "--db", str(db),
+         *options],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, preexec_fn=limited,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None, server.communicate()[1]
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        yield Served(port, server.pid)
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+
+
+class Served(NamedTuple):
+    port: int
+    pid: int
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _answer(client: socket.socket) -> tuple[int, dict[str, object]]:
+    data = b""
+    while chunk := client.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_serve_takes_its_connection_limits_from_the_command_line(tmp_path: Path) -> None:
+    options = ("--max-connections", "2", "--head-timeout", "0.5", "--request-timeout", "1")
+    with _served(tmp_path, *options) as served:
+        address = ("127.0.0.1", served.port)
+        with socket.create_connection(address) as slow, socket.create_connection(address):
+            slow.sendall(b"POST /v1/decisions HTTP/1.1\r\nHost: t\r\n")  # and no more
+            time.sleep(0.2)  # both connections seen by the server
+            with socket.create_connection(address) as third:
+                third.settimeout(5)
+                status, body = _answer(third)
+                assert (status, body["error"]) == (503, "too_many_connections")
+                assert "2 connections open" in str(body["message"])
+            slow.settimeout(5)
+            started = time.monotonic()
+            status, body = _answer(slow)
+            assert (status, body["error"]) == (408, "request_timeout")
+            assert "within 0.5 s" in str(body["message"])
+            assert time.monotonic() - started < 2
+
+
+def test_serve_raises_its_open_files_limit_to_what_its_connections_need(tmp_path: Path) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    needed = descriptors_needed(1500)
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        pytest.skip(f"the hard limit on open files here is {hard}, below {needed}")
+    with _served(tmp_path, "--max-connections", "1500", limit_files=1024) as served:
+        limits = Path(f"/proc/{served.pid}/limits").read_text()
+    soft = next(line.split()[3] for line in limits.splitlines() if "open files" in line)
+    assert int(soft) == needed
+
+
+def test_serve_refuses_more_connections_than_the_process_may_open_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no hard limit on open files here")
+    db = ["--db", str(tmp_path / "l.db")]
+    assert main(["workspace", "create", "w", "--balance", "5", *db]) == 0
+    assert main(["serve", "--port", str(_free_port()), "--max-connections", str(hard), *db]) == 2
+    err = capsys.readouterr().err
+    assert f"--max-connections {hard} needs" in err and "ulimit -Hn" in err
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[1] == hard
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--head-timeout", "0", "seconds in (0, 3600]"),
+        ("--request-timeout", "soon", "seconds in (0, 3600]"),
+        ("--max-connections", "0", "whole number of connections above 0"),
+    ],
+)
+def test_serve_refuses_limits_out_of_range(
+    option: str, value: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", option, value])
+    assert exit_.value.code == 2
+    assert said in capsys.readouterr().err

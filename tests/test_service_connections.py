@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.service.connections import ConnectionLimits
+from pipeline.service.limits import ConnectionLimits
 from tests.test_service_fixtures import VALID, FakeEngine, Service, running_service
 
 HEAD_S = 0.5
@@ -199,3 +199,38 @@ def test_connections_past_the_limit_are_answered_503_and_the_rest_served(tmp_pat
         finally:
             for client in clients:
                 client.close()
+
+
+@pytest.mark.parametrize(
+    ("sent", "status", "error", "said"),
+    [
+        (b"GARBAGE\r\n\r\n", 400, "bad_request", "not valid HTTP/1.1"),
+        (b"POST /v1/decisions HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n"
+         b"Content-Length: 2\r\n\r\n", 400, "bad_request", "Content-Length"),
+        (b"POST /v1/decisions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n",
+         501, "not_implemented", "Transfer-Encoding"),
+        (b"POST /v1/decisions HTTP/1.1\r\nHost: t\r\nX-Long: " + b"a" * 20_000,
+         431, "request_header_fields_too_large", "too large"),
+    ],
+)  # fmt: skip
+def test_bytes_that_are_not_http_get_a_json_error_and_the_connection_closed(
+    service: Service, sent: bytes, status: int, error: str, said: str
+) -> None:
+    with connect(service) as client:
+        client.sendall(sent)
+        answer = read_answer(client)
+        assert client.recv(1) == b""
+    assert (answer[0], answer[1]["connection"], answer[2]["error"]) == (status, "close", error)
+    assert said in answer[2]["message"]
+    assert service.balance() == 100
+
+
+def test_a_refused_header_line_is_not_said_back_with_a_key_in_it(service: Service) -> None:
+    with connect(service) as client:
+        client.sendall(
+            f"POST /v1/decisions HTTP/1.1\r\nHost: t\r\nAuthorization Bearer {service.key}"
+            "\r\n\r\n".encode()
+        )
+        status, _, body = read_answer(client)
+    assert (status, body["error"]) == (400, "bad_request")
+    assert service.key[12:] not in body["message"]

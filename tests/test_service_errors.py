@@ -184,6 +184,27 @@ def test_wrong_content_type(service: Service, headers: dict[str, str]) -> None:
     assert service.balance() == 100
 
 
+@pytest.mark.parametrize(
+    ("header", "values"),
+    [
+        ("Content-Type", ["application/json", "application/json"]),
+        ("Content-Type", ["application/json", "text/plain"]),
+        ("Content-Encoding", ["identity", "gzip"]),  # the first alone would pass
+    ],
+)
+def test_a_body_described_twice_is_refused_not_read_by_the_first_header(
+    service: Service, header: str, values: list[str]
+) -> None:
+    headers = [("Authorization", f"Bearer {service.key}")] + [(header, v) for v in values]
+    response = service.client.post(
+        f"{service.url}/v1/decisions", headers=headers, content=json_of(body()).encode()
+    )
+    payload = assert_error(response, 415, "unsupported_media_type")
+    if header == "Content-Type":
+        assert "one Content-Type header" in str(payload["message"])
+    assert service.balance() == 100
+
+
 def test_a_body_without_a_content_type_is_read_as_json(service: Service) -> None:
     # The spec marks only Authorization as required.
     response = service.post(content=json_of(body()).encode())

@@ -20,7 +20,7 @@ from pipeline.engine.models import DecisionRequest
 from pipeline.ledger.accounts import SqliteAccounts
 from pipeline.ledger.sqlite import SqliteLedger
 from pipeline.service.app import create_app
-from pipeline.service.connections import DEFAULT_LIMITS, ConnectionLimits
+from pipeline.service.limits import DEFAULT_LIMITS, ConnectionLimits
 from pipeline.service.server import BackgroundServer
 
 VALID: dict[str, Any] = {

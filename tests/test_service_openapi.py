@@ -40,7 +40,8 @@ def test_document_names_every_status_and_body(live: Service) -> None:
     document = httpx.get(f"{live.url}/openapi.json").json()
     operation = document["paths"]["/v1/decisions"]["post"]
     assert set(operation["responses"]) == {
-        "200", "400", "401", "402", "408", "409", "413", "415", "422", "429", "500", "503"
+        "200", "400", "401", "402", "408", "409", "413", "415", "422", "429", "431", "500", "501",
+        "503"
     }  # fmt: skip
     schemas = document["components"]["schemas"]
     assert {"DecisionRequest", "DecisionResponse", "ErrorBody", "Property", "Location"} <= set(

@@ -1,6 +1,5 @@
-"""The HTTP decision service: POST /v1/decisions over the engine, the ledger and the accounts."""
+"""The HTTP decision service: POST /v1/decisions over the engine, the ledger and the accounts.
 
-from pipeline.service.app import create_app
-from pipeline.service.errors import ApiError
-
-__all__ = ["ApiError", "create_app"]
+`app.create_app` builds it, `server.serve` runs it. Nothing is imported here, so that the
+command line can read `limits` without loading the web framework.
+"""

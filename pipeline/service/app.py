@@ -51,10 +51,16 @@ async def read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def _combined(request: Request, name: str) -> str | None:
+    """A header's value; repeated ones combine as one comma-separated value (RFC 9110), so that
+    a request cannot have the server pick whichever of two comes first."""
+    values = request.headers.getlist(name)
+    return values[0] if len(values) == 1 else ", ".join(values) or None
+
+
 def _authorization(request: Request) -> str | None:
-    """The Authorization header; repeated ones combine as one comma-separated value (RFC 9110),
-    which no key matches: a request must not pick whichever of two keys comes first."""
-    return ", ".join(request.headers.getlist("authorization")) or None
+    """The Authorization header (two combined match no key)."""
+    return _combined(request, "authorization")
 
 
 def _connection(request: Request) -> tuple[str, int] | None:
@@ -97,9 +103,9 @@ def create_app(
     async def create_decision(request: Request) -> Response:
         incoming = Incoming(
             authorization=_authorization(request),
-            content_type=request.headers.get("content-type"),
+            content_type=_combined(request, "content-type"),
             body=await read_body(request, max_body_bytes),
-            content_encoding=request.headers.get("content-encoding"),
+            content_encoding=_combined(request, "content-encoding"),
             idempotency_key=request.headers.get("idempotency-key"),
             idempotency_key_repeated=len(request.headers.getlist("idempotency-key")) > 1,
             alone=activity.alone(_connection(request)),

@@ -16,47 +16,67 @@ Past `max_connections` open connections a new one is answered 503 `too_many_conn
 closed. uvicorn's `limit_concurrency` does not bound connections: it answers 503 to a request
 once its head is complete (a client that never completes one is never refused) and counts idle
 keep-alive connections as busy.
+
+Bytes that are not HTTP/1.1 are answered with a JSON error body too (uvicorn's is plain text),
+saying what h11 found wrong.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import h11
-from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
+from uvicorn.config import Config
+from uvicorn.protocols.http.h11_impl import (
+    DEFAULT_MAX_INCOMPLETE_EVENT_SIZE,
+    STATUS_PHRASES,
+    H11Protocol,
+)
 
-HEAD_TIMEOUT_S = 10.0
-REQUEST_TIMEOUT_S = 30.0
-# Under the default `ulimit -n` of 1024: these, up to 32 more being turned away, the sockets
-# asyncio accepts before their protocol sees them (up to BACKLOG a wake-up, a few wake-ups) and
-# the ledger's own files stay under 1024 (a flood of 2,000 connections: 718 at most).
-MAX_CONNECTIONS = 512
-TURNING_AWAY_MAX = 32
-BACKLOG = 128
+from pipeline.ledger.key_text import redact_keys
+from pipeline.service.limits import DEFAULT_LIMITS, TURNING_AWAY_MAX, ConnectionLimits
+
 # How long a turned-away client has to read its 503 before the socket is closed: closing it
 # while its request sits unread would send a reset, which may destroy the answer unread.
 TURN_AWAY_LINGER_S = 1.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class ConnectionLimits:
-    head_timeout_s: float = HEAD_TIMEOUT_S
-    request_timeout_s: float = REQUEST_TIMEOUT_S
-    max_connections: int = MAX_CONNECTIONS
-
-
-DEFAULT_LIMITS = ConnectionLimits()
 
 
 def _body(code: str, message: str) -> bytes:
     return json.dumps({"error": code, "message": message}, separators=(",", ":")).encode()
 
 
+# What h11's refusal of a request's bytes hints at (its `error_status_hint`): code, message.
+_REFUSALS = {
+    400: ("bad_request", "the request is not valid HTTP/1.1"),
+    431: ("request_header_fields_too_large", "the request head is too large"),
+    501: ("not_implemented", "the request's Transfer-Encoding is not supported"),
+}
+
+
+class _RefusalRecordingConnection(h11.Connection):
+    """h11's connection, keeping why it refused the client's bytes (uvicorn does not say)."""
+
+    refusal: h11.RemoteProtocolError | None = None
+
+    def next_event(self) -> Any:
+        try:
+            return super().next_event()
+        except h11.RemoteProtocolError as refusal:
+            self.refusal = refusal
+            raise
+
+
 class GuardedH11Protocol(H11Protocol):
     limits: ClassVar[ConnectionLimits] = DEFAULT_LIMITS
+
+    def __init__(self, config: Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        size = config.h11_max_incomplete_event_size
+        self.conn = _RefusalRecordingConnection(
+            h11.SERVER, size if size is not None else DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
+        )
 
     _deadline: asyncio.TimerHandle | None = None
     _timing: object = None  # the part of a request timed: h11.IDLE (its head) or h11.SEND_BODY
@@ -145,6 +165,20 @@ class GuardedH11Protocol(H11Protocol):
         )
         self._deadline = None
         self._timing = None
+        self._refuse(408, _body("request_timeout", message))
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes that are not HTTP/1.1 (h11 refused them), in plain text:
+        the spec's JSON error body instead, saying what was wrong."""
+        refusal = getattr(self.conn, "refusal", None)
+        status = refusal.error_status_hint if refusal is not None else 400
+        detail = redact_keys(str(refusal or msg))
+        detail = detail if len(detail) <= 80 else detail[:80] + "..."
+        code, said = _REFUSALS.get(status, _REFUSALS[400])
+        self._refuse(status, _body(code, f"{said} ({detail}); the connection is closed"))
+
+    def _refuse(self, status: int, body: bytes) -> None:
+        """Answer `status` (unless the app's answer has begun) and close the connection."""
         if self.transport.is_closing():
             return
         if self.conn.our_state is h11.IDLE or self.conn.our_state is h11.SEND_RESPONSE:
@@ -153,7 +187,7 @@ class GuardedH11Protocol(H11Protocol):
                 # whatever it answers is dropped.
                 self.cycle.disconnected = True
                 self.cycle.message_event.set()
-            self._answer(408, _body("request_timeout", message))
+            self._answer(status, body)
         self.transport.close()
 
     def _turn_away(self) -> None:

@@ -69,7 +69,8 @@ def bearer_token(authorization: str | None) -> str:
 
 
 def check_content_type(content_type: str | None, content_encoding: str | None = None) -> None:
-    """ApiError 415 for a body that is not JSON, not UTF-8 or compressed. The spec lists
+    """ApiError 415 for a body that is not JSON, not UTF-8 or compressed, or described by two
+    headers (given combined, comma-separated, as RFC 9110 reads them). The spec lists
     Content-Type without marking it required (only Authorization is): a body sent without
     one is read as JSON."""
     if content_encoding is not None and content_encoding.strip().lower() not in ("", "identity"):
@@ -81,6 +82,12 @@ def check_content_type(content_type: str | None, content_encoding: str | None = 
         )
     if not (content_type or "").strip():
         return
+    if "," in content_type:  # two headers, combined: which one describes the body?
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            "send one Content-Type header: application/json",
+        )
     media_type, _, parameters = content_type.partition(";")
     if media_type.strip().lower() != "application/json":
         raise ApiError(

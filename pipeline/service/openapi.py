@@ -11,20 +11,24 @@ from pipeline.engine.models import DecisionRequest, DecisionResponse, ErrorBody,
 
 _ERRORS: dict[int, str] = {
     400: "`invalid_json`: the body is not JSON; `invalid_idempotency_key`: empty, too long, "
-    "sent twice, or holding an API key.",
+    "sent twice, or holding an API key; `bad_request`: the bytes sent are not HTTP/1.1 (the "
+    "connection is closed).",
     401: "`invalid_api_key`: the key is missing, malformed, unknown or revoked.",
     402: "`insufficient_decisions`: the balance is lower than the cost (`required`, `balance`).",
     408: "`request_timeout`: the request head did not arrive within 10 s, or the whole request "
-    "within 30 s; the connection is closed.",
+    "within 30 s (as the server is configured by default); the connection is closed.",
     409: "`request_in_progress`: a request with this Idempotency-Key is still running.",
     413: "`payload_too_large`: the body is larger than the limit.",
     415: "`unsupported_media_type`: the body is not sent as application/json (UTF-8, "
-    "uncompressed); a body sent without Content-Type is read as JSON.",
+    "uncompressed, one Content-Type header); a body sent without Content-Type is read as JSON.",
     422: "`validation_error` (`field`, dotted path: a value breaks a rule, or a field is given "
     "twice) or `idempotency_key_reused`.",
     429: "`rate_limited`: the workspace sent more requests a second than the server allows "
     "(`decisions serve --rate-limit`); nothing charged, send it again after `Retry-After`.",
+    431: "`request_header_fields_too_large`: the request head is over 16 KiB; the connection "
+    "is closed.",
     500: "`internal_error`: the evaluation failed; nothing charged (a charge made is refunded).",
+    501: "`not_implemented`: a Transfer-Encoding other than chunked; the connection is closed.",
     503: "`ledger_busy`: the ledger stayed locked by another process (a backup, a long batch) "
     "for a minute; send it again after `Retry-After` (with its Idempotency-Key). "
     "`too_many_connections`: the server has as many connections open as it allows.",

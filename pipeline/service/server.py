@@ -15,12 +15,8 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.config import LOGGING_CONFIG
 
-from pipeline.service.connections import (
-    BACKLOG,
-    DEFAULT_LIMITS,
-    ConnectionLimits,
-    guarded_protocol,
-)
+from pipeline.service.connections import guarded_protocol
+from pipeline.service.limits import BACKLOG, DEFAULT_LIMITS, ConnectionLimits
 
 # The event loop shares the GIL with the ledger's writer threads, and Python hands the GIL to a
 # waiting thread only once per switch interval (5 ms by default): a writer with charges to
