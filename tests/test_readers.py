@@ -519,6 +519,67 @@ def test_formulas_with_saved_results_read_as_their_results(tmp_path: Path) -> No
     assert_text_frame(read_table(path), {"price": ["3200000"], "note": [None]})
 
 
+
+def test_formulas_a_script_left_for_the_spreadsheet_to_calculate_stop_the_run(
+    tmp_path: Path,
+) -> None:
+    # Found by QA: xlsxwriter saves each formula's result as 0 and asks to be recalculated when
+    # opened; the 0 was read: =2*2 bedrooms scored as 0 (and charged), a price formula rejected.
+    path = tmp_path / "script.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    sheet = workbook.add_worksheet("Listings")
+    sheet.write_row(0, 0, ["price", "bedrooms", "total"])
+    sheet.write_row(1, 0, [900000, 3])
+    sheet.write_formula(1, 2, '=A2&" SAR"', None, "900000 SAR")  # given its result: read
+    sheet.write_row(2, 0, [900000])
+    sheet.write_formula(2, 1, "=2*2")
+    workbook.close()
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value).startswith(
+        f"{path}: sheet 'Listings' holds formulas that were never calculated (cell B3: =2*2, "
+        "saved as 0)"
+    )
+    assert "Recalculate Hard" in str(excinfo.value)
+
+
+def test_a_workbook_to_recalculate_with_results_given_or_in_its_title_is_read(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "script.xlsx"
+    workbook = xlsxwriter.Workbook(path)  # asks to be recalculated when opened, as always
+    sheet = workbook.add_worksheet()
+    sheet.write_formula(0, 0, '="Portfolio "&YEAR(TODAY())')  # a title, saved as 0
+    sheet.write_row(1, 0, ["price", "bedrooms"])
+    sheet.write_formula(2, 0, "=850000+50000", None, 900000)
+    sheet.write_formula(2, 1, "=2*2", None, 4)
+    workbook.close()
+    frame = read_table(path)
+    assert frame.row(-1) == ("900000", "4")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda xml: re.sub(r"<(/?)(c|f|v)\b", r"<\1x:\2", xml),  # prefixed elements
+        lambda xml: xml.replace('<c r="B3">', '<c r="B3" s="0" t="n">'),
+        lambda xml: xml.replace("<f>2*2</f>", '<f t="shared" ref="B3:B3" si="0">2*2</f>'),
+    ],
+)
+def test_formulas_saved_as_zero_are_found_however_the_xml_is_laid_out(
+    tmp_path: Path, change: Callable[[str], str]
+) -> None:
+    path = tmp_path / "script.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["price", "bedrooms"])
+    sheet.write_row(1, 0, [900000, 3])
+    sheet.write_row(2, 0, [900000])
+    sheet.write_formula(2, 1, "=2*2")
+    workbook.close()
+    with pytest.raises(InputError, match=r"never calculated \(cell B3: =2\*2, saved as 0\)"):
+        read_table(_with_sheet_xml(path, change))
+
 # --- Parquet ------------------------------------------------------------------------------
 
 

@@ -62,6 +62,14 @@ def read_xlsx(
     restored = restore_cells(path, index, raw)
     if restored.no_result is not None:
         cell, formula = restored.no_result
+        if restored.placeholder_result:
+            raise InputError(
+                f"{path}: sheet {names[index]!r} holds formulas that were never calculated (cell "
+                f"{cell}: {formula}, saved as 0): the program that wrote the file (xlsxwriter "
+                "does) left them for the spreadsheet to work out when it opens the file, and "
+                "they would read as 0. Open the file in Excel and save it (in LibreOffice, first "
+                "Data > Calculate > Recalculate Hard), and run again"
+            )
         raise InputError(
             f"{path}: sheet {names[index]!r} holds formulas without a saved result (cell {cell}:"
             f" {formula}), which read as empty: the program that wrote the file did not "

@@ -11,7 +11,11 @@
   output keeps the cell as it was.
 - Formulas without a saved result (a workbook written by a program that does not calculate,
   never opened in Excel), which calamine reads as empty, or drops with their row when they end
-  the sheet: found, so the run can refuse the file instead of scoring blanks.
+  the sheet: found, so the run can refuse the file instead of scoring blanks. The same for
+  formulas whose saved result is a placeholder: a workbook that asks to be recalculated when
+  opened (`fullCalcOnLoad`, as xlsxwriter writes every workbook) may hold formulas saved with
+  a made-up result, xlsxwriter's 0 unless the script gave one, which calamine reads as the
+  value: a formula saved as 0 in such a workbook is taken for one.
 
 The sheet's XML counts rows and columns from A1, the frame from the first cell that holds a
 value. Where the frame starts is worked out from the XML, then checked: the sheet's first number
@@ -62,6 +66,11 @@ _NO_RESULT_PREFIXED = (
     re.compile(rb"<\w+:f\b[^>]*/>\s*(<\w+:v\s*/>\s*)?</\w+:c>"),
 )
 _REF = re.compile(rb'\br="([A-Z]+)([0-9]+)"')
+# A cell whose content opens with a formula element.
+_FORMULA_CELL = re.compile(rb'<(?:\w+:)?c\s+r="([A-Z]+)([0-9]+)"[^>]*(?<!/)>\s*(<(?:\w+:)?f\b)')
+_FORMULA_ELEMENT = re.compile(rb"<(?:\w+:)?f\b[^>]*/>|<(?:\w+:)?f\b[^>]*>([^<]*)</(?:\w+:)?f>")
+_ZERO_RESULT = re.compile(rb"\s*<(?:\w+:)?v>0</(?:\w+:)?v>")
+_FULL_CALC_ON_LOAD = re.compile(rb'<(?:\w+:)?calcPr\b[^>]*\bfullCalcOnLoad="(?:1|true)"')
 _TYPE = re.compile(rb'\bt="([^"]*)"')
 _FORMULA_TEXT = re.compile(rb"<(?:\w+:)?f\b[^>]*>([^<]*)</(?:\w+:)?f>")
 _NS = {
@@ -86,16 +95,22 @@ class Restored:
     not_placed: str | None = None  # what could not be restored, when the place was not sure
     # The first formula without a saved result: (cell, formula), as "A2", "=B2*2"
     no_result: tuple[str, str] | None = None
+    # Whether that formula has a placeholder for a result (the workbook asks to be recalculated
+    # when opened) rather than none
+    placeholder_result: bool = False
 
 
 def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored:
     """`frame` (a sheet as read, its first row the header) with its error cells' text and
     each merge down a column filled with its top value; or, when the table holds a formula
     without a saved result, the frame as read and that formula."""
-    xml = _sheet_xml(path, sheet_index)
-    if xml is None:
+    found = _sheet_xml(path, sheet_index)
+    if found is None:
         return Restored(frame, [])
-    unsaved = (b"<f" in xml or b":f" in xml) and formula_without_result(xml) is not None
+    xml, recalculated_on_open = found
+    unsaved = (b"<f" in xml or b":f" in xml) and (
+        _unsaved_formula(xml, 0, recalculated_on_open) is not None
+    )
     if not unsaved and b"mergeCell" not in xml and b't="e"' not in xml:
         return Restored(frame, [])
     origin = _origin(xml, frame)
@@ -103,9 +118,10 @@ def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored
         # Not in the first row read (a title, or the header: a header cell that is a formula
         # without a result reads as a blank header, said as such), nor above it.
         top = origin[0] if origin is not None else _first_value_row(xml)
-        no_result = formula_without_result(xml, from_row=top + 1)
-        if no_result is not None:
-            return Restored(frame, [], no_result=no_result)
+        formula = _unsaved_formula(xml, top + 1, recalculated_on_open)
+        if formula is not None:
+            no_result, placeholder = formula
+            return Restored(frame, [], no_result=no_result, placeholder_result=placeholder)
         if b"mergeCell" not in xml and b't="e"' not in xml:
             return Restored(frame, [])
     if origin is None:
@@ -116,6 +132,24 @@ def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored
         return Restored(frame, [], found or None)
     frame = _with_errors(xml, origin, frame)
     return Restored(*_filled_down(xml, origin, frame))
+
+
+def _unsaved_formula(
+    xml: bytes, from_row: int, recalculated_on_open: bool
+) -> tuple[tuple[str, str], bool] | None:
+    """The first formula, from `from_row` (0-based) down, saved without a result, or (in a
+    workbook asking to be recalculated when opened) with a placeholder for one; and whether
+    it was a placeholder. Such a workbook's formulas were saved uncalculated, their results
+    made up: xlsxwriter's are 0 (a real result of 0 is taken for one too, until the file is
+    saved calculated)."""
+    no_result = formula_without_result(xml, from_row=from_row)
+    if no_result is not None:
+        return no_result, False
+    if recalculated_on_open:
+        zero = first_formula_saved_as_zero(xml, from_row=from_row)
+        if zero is not None:
+            return zero, True
+    return None
 
 
 def _first_value_row(xml: bytes) -> int:
@@ -138,6 +172,26 @@ def formula_without_result(xml: bytes, *, from_row: int = 0) -> tuple[str, str] 
     return None
 
 
+def first_formula_saved_as_zero(xml: bytes, *, from_row: int = 0) -> tuple[str, str] | None:
+    """The first formula cell of a sheet's XML, in row `from_row` (0-based) or below, whose
+    saved result is the number 0: (cell, "=formula"); a shared formula's other cells are
+    named without their formula."""
+    for match in _FORMULA_CELL.finditer(xml):
+        letters, row, _ = match.groups()
+        kind = _TYPE.search(match.group(0))
+        if int(row) - 1 < from_row or (kind is not None and kind.group(1) != b"n"):
+            continue
+        formula = _FORMULA_ELEMENT.match(xml, match.start(3))
+        if formula is not None and _ZERO_RESULT.match(xml, formula.end()):
+            text = formula.group(1)
+            return (letters + row).decode(), "=" + _unescaped(text) if text else "a shared formula"
+    return None
+
+
+def _unescaped(text: bytes) -> str:
+    return ElementTree.fromstring(b"<f>" + text + b"</f>").text or ""
+
+
 def _cell_without_result(xml: bytes, end: re.Match[bytes], from_row: int) -> tuple[str, str] | None:
     start = max(xml.rfind(b"<c ", 0, end.start()), xml.rfind(b":c ", 0, end.start()))
     tag_end = xml.find(b">", start)
@@ -152,8 +206,7 @@ def _cell_without_result(xml: bytes, end: re.Match[bytes], from_row: int) -> tup
         return None  # a result there, empty as it may be (a text <v/>, an error, a boolean)
     formula = _FORMULA_TEXT.search(xml, tag_end, end.end())
     text = formula.group(1) if formula else b""
-    unescaped = ElementTree.fromstring(b"<f>" + text + b"</f>").text or ""
-    return (ref.group(1) + ref.group(2)).decode(), "=" + unescaped
+    return (ref.group(1) + ref.group(2)).decode(), "=" + _unescaped(text)
 
 
 def _with_errors(xml: bytes, origin: tuple[int, int], frame: pl.DataFrame) -> pl.DataFrame:
@@ -204,17 +257,20 @@ def _replaced(frame: pl.DataFrame, columns: dict[int, list[str | None]]) -> pl.D
     return frame.with_columns(changed) if changed else frame
 
 
-def _sheet_xml(path: Path, sheet_index: int) -> bytes | None:
-    """The XML of the workbook's sheet at `sheet_index` (the order of its tabs), or None."""
+def _sheet_xml(path: Path, sheet_index: int) -> tuple[bytes, bool] | None:
+    """The XML of the workbook's sheet at `sheet_index` (the order of its tabs), and whether
+    the workbook asks to be recalculated when opened; None if it cannot be read."""
     try:
         with zipfile.ZipFile(path) as archive:
-            workbook = ElementTree.fromstring(archive.read("xl/workbook.xml"))
+            workbook_xml = archive.read("xl/workbook.xml")
+            workbook = ElementTree.fromstring(workbook_xml)
             sheets = workbook.findall("m:sheets/m:sheet", _NS)
             rel_id = sheets[sheet_index].get(f"{{{_NS['r']}}}id")
             rels = ElementTree.fromstring(archive.read("xl/_rels/workbook.xml.rels"))
             target = next(r.get("Target", "") for r in rels.iter(_RELS) if r.get("Id") == rel_id)
             name = target.lstrip("/") if target.startswith("/") else posixpath.join("xl", target)
-            return archive.read(posixpath.normpath(name))
+            sheet = archive.read(posixpath.normpath(name))
+            return sheet, _FULL_CALC_ON_LOAD.search(workbook_xml) is not None
     except (KeyError, IndexError, StopIteration, zipfile.BadZipFile, ElementTree.ParseError):
         return None
 
