@@ -102,10 +102,12 @@ def test_rejected_rows_say_row_column_value_and_rule(tmp_path, db):
     rejected = pl.read_csv(out, infer_schema=False).filter(pl.col("status") == "rejected")
     messages = dict(zip(rejected["Listing ID"], rejected["error_message"], strict=True))
     assert messages["L-9001"] == (
-        "row 18, column 'المساحة': '-50': property.area must be a positive number (> 0)"
+        "row 18 (sheet row 19), column 'المساحة': '-50': property.area must be a positive "
+        "number (> 0)"
     )
     assert messages["L-9002"] == (
-        "row 61, column 'Price (SAR)': 'call for price': property.price must be a number"
+        "row 61 (sheet row 62), column 'Price (SAR)': 'call for price': property.price must be "
+        "a number"
     )
     assert set(rejected["error_code"]) == {"validation_error"}
 
@@ -360,6 +362,61 @@ def test_title_rows_above_the_header_are_not_listings(tmp_path, db, capsys):
     )
 
 
+def test_rejects_name_the_sheet_row_excel_shows_under_empty_rows_and_a_title(tmp_path, db, capsys):
+    # Found by QA: "row 3" named the header's row in Excel, the listing being on row 6.
+    import xlsxwriter
+
+    source = tmp_path / "export.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    sheet = workbook.add_worksheet()
+    sheet.write(3, 2, "Portfolio Q4 2026")  # rows 1-3 empty, the table from C4
+    sheet.write_row(4, 2, ["Ref", "City", "Type", "Price (SAR)", "Area"])
+    sheet.write_row(5, 2, ["A-1", "Riyadh", "villa", 3000000, 400])
+    sheet.write_row(6, 2, ["A-2", "Jeddah", "apartment", 900000, -5])
+    workbook.close()
+    out = tmp_path / "scored.xlsx"
+    assert score(db, str(source), "-o", str(out)) == 0
+    scored = pl.read_excel(out, sheet_name="Results")
+    assert scored["error_message"].to_list()[1] == (
+        "row 2 (sheet row 7), column 'Area': '-5': property.area must be a positive number (> 0)"
+    )
+    rejects = list(openpyxl.load_workbook(out)["Rejects"].iter_rows(values_only=True))
+    assert rejects[0][:3] == ("row_number", "sheet_row", "column")
+    assert rejects[1][:3] == (2, 7, "Area")
+
+
+def test_a_parquet_file_has_no_sheet_rows(tmp_path, db):
+    source = tmp_path / "listings.parquet"
+    pl.DataFrame(
+        {"City": ["Riyadh"], "Type": ["villa"], "Price": ["abc"], "Area": ["400"]}
+    ).write_parquet(source)
+    out = tmp_path / "scored.xlsx"
+    assert score(db, str(source), "-o", str(out)) == 0
+    rejects = list(openpyxl.load_workbook(out)["Rejects"].iter_rows(values_only=True))
+    assert rejects[1][:3] == (1, None, "Price")
+    assert rejects[1][-1] == "row 1, column 'Price': 'abc': property.price must be a number"
+
+
+def test_rows_a_filter_hides_are_scored_and_said_to_be_hidden(tmp_path, db, capsys):
+    # Found by QA: a sheet filtered down to Riyadh was charged for every row without a word.
+    source = tmp_path / "filtered.xlsx"
+    workbook = openpyxl.Workbook()
+    sheet = workbook.active
+    sheet.append(["Type", "Price", "Area", "City"])
+    for row, city in enumerate(["Riyadh", "Jeddah", "Jeddah", "Dammam", "Riyadh"], start=2):
+        sheet.append(["apartment", 900000 + row, 120, city])
+        sheet.row_dimensions[row].hidden = city != "Riyadh"
+    sheet.auto_filter.ref = "A1:D6"
+    workbook.save(source)
+    said = "3 listing(s) on rows the sheet hides (by hand or by a filter: sheet rows 3, 4, 5)"
+    assert score(db, str(source), "--dry-run", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["read_as"]["Hidden rows"].startswith(said)
+    out = tmp_path / "scored.csv"
+    assert score(db, str(source), "-o", str(out), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["notes"]["Hidden rows"].startswith(said)
+    assert pl.read_csv(out)["status"].to_list() == ["scored"] * 5 and balance(db) == 4995
+
+
 def test_a_wide_title_and_an_empty_formula_above_the_header_are_titles(tmp_path, db, capsys):
     import xlsxwriter
 
@@ -429,7 +486,8 @@ def test_excel_error_values_in_name_columns_are_rejected_not_scored(tmp_path, db
     scored = pl.read_parquet(out)
     assert scored["status"].to_list() == ["rejected", "rejected"] and balance(db) == 5000
     assert scored["error_message"][1] == (
-        "row 2, column 'District': '#N/A': location.district must be a name, not an Excel "
+        "row 2 (sheet row 3), column 'District': '#N/A': location.district must be a name, not "
+        "an Excel "
         "error value (a formula that failed in the sheet)"
     )
 
@@ -523,10 +581,11 @@ def test_a_name_too_long_is_rejected_and_its_message_quotes_its_start(tmp_path, 
     (row,) = openpyxl.load_workbook(out)["Rejects"].iter_rows(min_row=2, values_only=True)
     assert row == (
         1,
+        2,
         "District",
         "location.district",
         note,
-        f"row 1, column 'District': '{note[:60]}…' ({len(note)} characters): "
+        f"row 1 (sheet row 2), column 'District': '{note[:60]}…' ({len(note)} characters): "
         "location.district must be at most 200 characters",
     )
     assert balance(db) == 5000
@@ -540,7 +599,7 @@ def test_a_blank_line_in_the_table_is_rejected_as_an_empty_row(tmp_path, db):
     frame = pl.read_parquet(out)
     assert frame["status"].to_list() == ["scored", "rejected", "rejected", "scored"]
     assert frame["error_code"].to_list() == [None, "empty_row", "empty_row", None]
-    assert frame["error_message"][1] == "row 2 is empty: a blank line in the table"
+    assert frame["error_message"][1] == "row 2 (sheet row 3) is empty: a blank line in the table"
     assert frame["error_field"].to_list() == [None] * 4  # a blank line has no field to blame
     assert balance(db) == 5000 - 2
 
@@ -720,7 +779,7 @@ def test_numbers_that_read_two_ways_are_rejected_saying_why_not_scored(tmp_path,
     assert frame["status"].to_list() == ["rejected", "rejected", "rejected", "scored", "rejected"]
     for message in frame.filter(pl.col("status") == "rejected")["error_message"]:
         assert "with '.' for decimals and ',' (or nothing) between thousands" in message
-    assert frame["error_message"][0].startswith("row 1, column 'price': '950.000': ")
+    assert frame["error_message"][0].startswith("row 1 (sheet row 2), column 'price': '950.000': ")
     assert balance(db) == 5000 - 1
 
 
@@ -971,3 +1030,19 @@ def test_a_key_typed_into_the_command_line_is_never_said_back_whole(
     assert key[:11] in said.err + said.out
     records = manifest.read_text() if manifest.exists() else ""
     assert key[11:] not in said.err + said.out + records
+
+
+def test_an_unchanged_file_rejected_by_an_earlier_version_is_answered_again(tmp_path, db):
+    # Its last run's rejects were kept without the sheet_row column, added since.
+    source = tmp_path / "in.csv"
+    source.write_text("City,Type,Price,Area\nRiyadh,villa,3000000,400\nRiyadh,villa,abc,400\n")
+    journal = tmp_path / "job.journal"
+    run = ["score", str(source), "--db", db, "--workspace", "acme", "--quiet"]
+    assert main([*run, "--journal", str(journal), "-o", str(tmp_path / "a.csv")]) == 0
+    kept = results_folder(journal) / "last-run.rejects.parquet"
+    pl.read_parquet(kept).drop("sheet_row").write_parquet(kept)
+    out = tmp_path / "b.xlsx"
+    assert main([*run, "--journal", str(journal), "-o", str(out)]) == 0
+    rejects = list(openpyxl.load_workbook(out)["Rejects"].iter_rows(values_only=True))
+    assert rejects[1][:4] == (2, None, "Price", "property.price")
+    assert balance(db) == 4999

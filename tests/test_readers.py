@@ -519,7 +519,6 @@ def test_formulas_with_saved_results_read_as_their_results(tmp_path: Path) -> No
     assert_text_frame(read_table(path), {"price": ["3200000"], "note": [None]})
 
 
-
 def test_formulas_a_script_left_for_the_spreadsheet_to_calculate_stop_the_run(
     tmp_path: Path,
 ) -> None:
@@ -579,6 +578,7 @@ def test_formulas_saved_as_zero_are_found_however_the_xml_is_laid_out(
     workbook.close()
     with pytest.raises(InputError, match=r"never calculated \(cell B3: =2\*2, saved as 0\)"):
         read_table(_with_sheet_xml(path, change))
+
 
 # --- Parquet ------------------------------------------------------------------------------
 

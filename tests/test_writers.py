@@ -81,6 +81,7 @@ def make_rejects() -> pl.DataFrame:
     return pl.DataFrame(
         {
             "row_number": [4, 4],
+            "sheet_row": [5, 5],
             "column": ["price", None],
             "field": ["property.price", "property.area"],
             "value": ["abc", "=-5"],

@@ -46,11 +46,21 @@ SAR_COLUMNS = (
 # The Rejects sheet / rejects table.
 REJECTS_SCHEMA: dict[str, pl.DataType] = {
     "row_number": pl.Int64(),
+    "sheet_row": pl.Int64(),  # the row a spreadsheet shows it on (null for a Parquet input)
     "column": pl.String(),  # the input header the bad value came from (null if none)
     "field": pl.String(),  # dotted request path, e.g. property.area
     "value": pl.String(),  # the original cell text
     "reason": pl.String(),
 }
+
+
+def in_rejects_schema(rejects: pl.DataFrame) -> pl.DataFrame:
+    """A rejects table as REJECTS_SCHEMA has it now: one kept by an earlier version (a journal's
+    last run) gets the columns it lacks, empty."""
+    return rejects.select(
+        pl.col(name) if name in rejects.columns else pl.lit(None, dtype).alias(name)
+        for name, dtype in REJECTS_SCHEMA.items()
+    )
 
 
 def clash_free_names(columns: list[str]) -> dict[str, str]:

@@ -44,8 +44,14 @@ from pipeline.batch.journal import Journal
 from pipeline.batch.normalize import normalize, normalize_column
 from pipeline.batch.notes_below import notes_below
 from pipeline.batch.positions import scattered
-from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_SCHEMA, clash_free_names
+from pipeline.batch.result_columns import (
+    REJECTS_SCHEMA,
+    RESULT_SCHEMA,
+    clash_free_names,
+    in_rejects_schema,
+)
 from pipeline.batch.scorers.base import Scorer
+from pipeline.batch.sheet_rows import hidden_rows_note, sheet_rows
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.unmatched_places import unmatched_places
 from pipeline.batch.validate import reject_reasons
@@ -113,6 +119,8 @@ class Prepared:
     problems: pl.DataFrame  # reject_reasons() per row; a row is rejected when its error_code is set
     # how the file was read, for the summary: the sheet (and those passed over), a title
     notes: list[tuple[str, object]] = field(default_factory=list)
+    # the row a spreadsheet shows each row on (see sheet_rows); None for a Parquet file
+    sheet_rows: pl.Series | None = None
 
 
 def prepare(options: BatchOptions) -> Prepared:
@@ -124,7 +132,7 @@ def prepare(options: BatchOptions) -> Prepared:
         first = ", the first with data; --sheet NAME reads another" if options.sheet is None else ""
         source += f" (sheet {read.sheet!r}{first})"
     config = load_column_config(options.config)
-    raw, mapping, header_note = _mapped(raw, config, source, read.renamed_headers or {})
+    raw, mapping, header_note, title_rows = _mapped(raw, config, source, read.renamed_headers or {})
     notes = _reading_notes(read, header_note)
     below = notes_below(raw)
     if below is not None:
@@ -138,20 +146,26 @@ def prepare(options: BatchOptions) -> Prepared:
         )
     _check_priority(raw, options.priority)  # before a dry run, and before anything is paid
     row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
+    rows_in_sheet = sheet_rows(read.first_row, title_rows, raw.height)
+    hidden = hidden_rows_note(read.hidden_rows, rows_in_sheet)
+    if hidden is not None:
+        notes.append(hidden)
     requests = normalize(raw, mapping).with_columns(
         reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
     )
-    problems = reject_reasons(raw, requests, mapping, row_numbers)
-    return Prepared(raw, mapping, requests, problems, notes)
+    problems = reject_reasons(raw, requests, mapping, row_numbers, rows_in_sheet)
+    return Prepared(raw, mapping, requests, problems, notes, rows_in_sheet)
 
 
 def _mapped(
     raw: pl.DataFrame, config: ColumnConfig, source: str, renamed: dict[str, str]
-) -> tuple[pl.DataFrame, ColumnMap, str | None]:
+) -> tuple[pl.DataFrame, ColumnMap, str | None, int]:
     """The table and its column map: under its first row, or under a header found below a
-    title (header_row.py; then also the note that says so)."""
+    title (header_row.py; then also the note that says so, and how many rows the title
+    took)."""
     try:
-        return raw, map_columns(raw.columns, config, source=source, as_written=renamed), None
+        mapping = map_columns(raw.columns, config, source=source, as_written=renamed)
+        return raw, mapping, None, 0
     except (MissingColumnError, UnknownHeaderError):
         if _maps_a_required_field(raw.columns, config, source, renamed):
             raise
@@ -165,7 +179,7 @@ def _mapped(
         + (f" ({written[0]!r}...)" if written else "")
         + " are a title, not listings"
     )
-    return below.frame, below.mapping, note
+    return below.frame, below.mapping, note, below.title_rows
 
 
 _ENCODING_NAMES = {
@@ -415,11 +429,19 @@ def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> p
 
 
 def rejects_table(prepared: Prepared) -> pl.DataFrame:
-    problems = prepared.problems.with_columns(row_number=prepared.requests["row_number"])
+    sheet_row = (
+        prepared.sheet_rows
+        if prepared.sheet_rows is not None
+        else pl.repeat(None, prepared.problems.height, dtype=pl.Int64, eager=True)
+    )
+    problems = prepared.problems.with_columns(
+        row_number=prepared.requests["row_number"], sheet_row=sheet_row
+    )
     return (
         problems.filter(pl.col("error_code").is_not_null())
         .select(
             pl.col("row_number"),
+            pl.col("sheet_row"),
             pl.col("error_column").alias("column"),
             pl.col("error_field").alias("field"),
             pl.col("error_value").alias("value"),
@@ -588,7 +610,7 @@ def _answer_again(
     clock: float,
 ) -> BatchOutcome:
     """An unchanged file: the last run's output again, every row at 0 decisions."""
-    results, rejects = last
+    results, rejects = last[0], in_rejects_schema(last[1])  # kept by an earlier version, maybe
     results = results.with_columns(decisions_used=pl.lit(0, pl.Int64))
     for output in options.outputs:
         check_output_capacity(output, results.height)

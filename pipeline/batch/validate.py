@@ -67,13 +67,18 @@ def _unreadable_cell(raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnM
 
 
 def reject_reasons(
-    raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnMap, row_numbers: pl.Series
+    raw: pl.DataFrame,
+    requests: pl.DataFrame,
+    mapping: ColumnMap,
+    row_numbers: pl.Series,
+    sheet_rows: pl.Series | None = None,
 ) -> pl.DataFrame:
     """Per input row: error_code, error_field, error_message, error_column, error_value.
 
     All null for a valid row; `error_code` set for every rejected one (a blank line has no
     field or column). `raw` is the file as read (text), `requests` its normalised
-    request frame, `row_numbers` the 1-based data row numbers used in messages.
+    request frame, `row_numbers` the 1-based data row numbers used in messages, with the row a
+    spreadsheet shows each on (`sheet_rows`, see batch.sheet_rows) when there is one.
     """
     unread = _unreadable_cell(raw, requests, mapping)
     broken = violations(requests)
@@ -91,6 +96,9 @@ def reject_reasons(
         [f"{FIELD_PATHS[c]} must be {what}" for c, what in _TYPED], dtype=pl.String
     ).gather(unread)
 
+    row_numbers = row_numbers.cast(pl.String)
+    if sheet_rows is not None:
+        row_numbers = row_numbers + " (sheet row " + sheet_rows.cast(pl.String) + ")"
     frame = pl.DataFrame(
         {
             "row_number": row_numbers.gather(picked),

@@ -57,6 +57,10 @@ class ReadResult:
     merged_down: list[str] | None = None  # XLSX: merges down a column, filled ("B2:B5")
     not_restored: str | None = None  # XLSX: merged / error cells left as read (see the note)
     renamed_headers: dict[str, str] | None = None  # final name -> header as written
+    # The row a spreadsheet shows the first row read (the header) on: CSV 1, XLSX where the
+    # sheet's data starts; None for Parquet. And XLSX: the sheet rows hidden (1-based).
+    first_row: int | None = None
+    hidden_rows: tuple[int, ...] = ()
 
 
 def read_table(
@@ -79,6 +83,7 @@ def read_table_with_info(
     kind = _kind_for(path)
     if kind == "csv":
         headers, frame, details = csv_reader.read_csv(path, encoding=encoding)
+        details = {**details, "first_row": 1}  # a `sep=` line above it: Excel does not show it
     elif kind == "xlsx":
         headers, frame, details = xlsx_reader.read_xlsx(path, sheet=sheet)
     else:

@@ -29,7 +29,7 @@ import fastexcel
 import polars as pl
 
 from pipeline.errors import InputError
-from pipeline.io.xlsx_sheet_xml import restore_cells
+from pipeline.io.xlsx_sheet_xml import read_sheet_xml, restore_cells, row_places
 
 MIDNIGHT = r"^(\d{4}-\d{2}-\d{2}) 00:00:00$"
 TIME_OF_DAY = r"^1899-12-31 (\d{2}:\d{2}:\d{2}(?:\.\d+)?)$"  # no Excel date is before 1900
@@ -59,7 +59,8 @@ def read_xlsx(
         raise InputError(f"{path}: sheet {names[index]!r} is empty" + others * (len(names) > 1))
     raw = _with_all_digits(workbook, index, raw)
     raw = raw.with_columns(_tidy(pl.col(c)) for c in raw.columns)
-    restored = restore_cells(path, index, raw)
+    sheet_xml = read_sheet_xml(path, index)
+    restored = restore_cells(sheet_xml, raw)
     if restored.no_result is not None:
         cell, formula = restored.no_result
         if restored.placeholder_result:
@@ -77,8 +78,11 @@ def read_xlsx(
         )
     raw = restored.frame
     headers = list(raw.row(0))
+    places = row_places(sheet_xml)
     details = {
         "sheet": names[index],
+        "first_row": places.first,
+        "hidden_rows": places.hidden,
         "passed_over": passed_over,
         "merged_down": restored.merged_down,
         "not_restored": restored.not_placed,

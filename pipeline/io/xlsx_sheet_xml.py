@@ -70,6 +70,8 @@ _REF = re.compile(rb'\br="([A-Z]+)([0-9]+)"')
 _FORMULA_CELL = re.compile(rb'<(?:\w+:)?c\s+r="([A-Z]+)([0-9]+)"[^>]*(?<!/)>\s*(<(?:\w+:)?f\b)')
 _FORMULA_ELEMENT = re.compile(rb"<(?:\w+:)?f\b[^>]*/>|<(?:\w+:)?f\b[^>]*>([^<]*)</(?:\w+:)?f>")
 _ZERO_RESULT = re.compile(rb"\s*<(?:\w+:)?v>0</(?:\w+:)?v>")
+_HIDDEN_ROW = re.compile(rb'<(?:\w+:)?row\b[^>]*\bhidden="(?:1|true)"[^>]*>')
+_ROW_NUMBER = re.compile(rb'\br="([0-9]+)"')
 _FULL_CALC_ON_LOAD = re.compile(rb'<(?:\w+:)?calcPr\b[^>]*\bfullCalcOnLoad="(?:1|true)"')
 _TYPE = re.compile(rb'\bt="([^"]*)"')
 _FORMULA_TEXT = re.compile(rb"<(?:\w+:)?f\b[^>]*>([^<]*)</(?:\w+:)?f>")
@@ -100,14 +102,42 @@ class Restored:
     placeholder_result: bool = False
 
 
-def restore_cells(path: Path, sheet_index: int, frame: pl.DataFrame) -> Restored:
+@dataclass(frozen=True)
+class SheetXml:
+    xml: bytes
+    recalculated_on_open: bool  # the workbook asks to be recalculated when opened
+
+
+@dataclass(frozen=True)
+class RowPlaces:
+    first: int | None  # the sheet row (1-based) of the table's first row read, its header
+    hidden: tuple[int, ...]  # the sheet rows (1-based) hidden, by hand or by a filter
+
+
+def row_places(sheet: SheetXml | None) -> RowPlaces:
+    """Where the table's rows are in the sheet, as Excel numbers them: calamine's range starts
+    at the first row holding a value (rows above it, empty, are not read), and the rows the
+    sheet hides (a filter hides the rows it leaves out)."""
+    if sheet is None:
+        return RowPlaces(None, ())
+    first = re.search(_VALUE_CELL % rb"[A-Z]+", sheet.xml)
+    hidden: tuple[int, ...] = ()
+    if b'hidden="' in sheet.xml:
+        hidden = tuple(
+            int(row.group(1))
+            for tag in _HIDDEN_ROW.finditer(sheet.xml)
+            if (row := _ROW_NUMBER.search(tag.group(0))) is not None
+        )
+    return RowPlaces(int(first.group(1)) if first else None, hidden)
+
+
+def restore_cells(sheet: SheetXml | None, frame: pl.DataFrame) -> Restored:
     """`frame` (a sheet as read, its first row the header) with its error cells' text and
     each merge down a column filled with its top value; or, when the table holds a formula
     without a saved result, the frame as read and that formula."""
-    found = _sheet_xml(path, sheet_index)
-    if found is None:
+    if sheet is None:
         return Restored(frame, [])
-    xml, recalculated_on_open = found
+    xml, recalculated_on_open = sheet.xml, sheet.recalculated_on_open
     unsaved = (b"<f" in xml or b":f" in xml) and (
         _unsaved_formula(xml, 0, recalculated_on_open) is not None
     )
@@ -257,7 +287,7 @@ def _replaced(frame: pl.DataFrame, columns: dict[int, list[str | None]]) -> pl.D
     return frame.with_columns(changed) if changed else frame
 
 
-def _sheet_xml(path: Path, sheet_index: int) -> tuple[bytes, bool] | None:
+def read_sheet_xml(path: Path, sheet_index: int) -> SheetXml | None:
     """The XML of the workbook's sheet at `sheet_index` (the order of its tabs), and whether
     the workbook asks to be recalculated when opened; None if it cannot be read."""
     try:
@@ -270,7 +300,7 @@ def _sheet_xml(path: Path, sheet_index: int) -> tuple[bytes, bool] | None:
             target = next(r.get("Target", "") for r in rels.iter(_RELS) if r.get("Id") == rel_id)
             name = target.lstrip("/") if target.startswith("/") else posixpath.join("xl", target)
             sheet = archive.read(posixpath.normpath(name))
-            return sheet, _FULL_CALC_ON_LOAD.search(workbook_xml) is not None
+            return SheetXml(sheet, _FULL_CALC_ON_LOAD.search(workbook_xml) is not None)
     except (KeyError, IndexError, StopIteration, zipfile.BadZipFile, ElementTree.ParseError):
         return None
 
