@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import zipfile
 from datetime import date, datetime
 from pathlib import Path
 
@@ -260,6 +261,19 @@ def test_every_reader_writer_pair_gives_the_same_results(
 def test_a_missing_input_file_is_a_usage_error(tmp_path, db, capsys):
     assert score(db, str(tmp_path / "nope.csv"), "-o", str(tmp_path / "x.csv")) == 2
     assert capsys.readouterr().err.strip().endswith("nope.csv: no such file")
+    assert balance(db) == 5000
+
+
+def test_an_ods_renamed_xlsx_is_refused_in_the_analysts_words(tmp_path, db, capsys):
+    source = tmp_path / "portfolio.xlsx"  # LibreOffice's .ods, renamed
+    with zipfile.ZipFile(source, "w") as archive:
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.spreadsheet")
+        archive.writestr("content.xml", "<office:document-content/>")
+    assert score(db, str(source), "-o", str(tmp_path / "x.csv")) == 2
+    said = capsys.readouterr().err.strip()
+    assert said.endswith(
+        "portfolio.xlsx: is an OpenDocument spreadsheet (.ods): save it as .xlsx or CSV"
+    )
     assert balance(db) == 5000
 
 

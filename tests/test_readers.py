@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import re
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -681,8 +682,55 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
 
 def test_corrupt_xlsx_is_an_input_error(tmp_path: Path) -> None:
     path = write(tmp_path, "bad.xlsx", b"PK\x03\x04not really a zip")
-    with pytest.raises(InputError, match="cannot be read as an XLSX workbook"):
+    with pytest.raises(InputError, match="the file is damaged or incomplete"):
         read_table(path)
+
+
+def write_ods(path: Path) -> Path:
+    """An OpenDocument spreadsheet as LibreOffice lays it out: its mimetype first, stored."""
+    content = (
+        '<office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0"'
+        ' office:version="1.3"><office:body><office:spreadsheet/></office:body>'
+        "</office:document-content>"
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.spreadsheet")
+        archive.writestr("content.xml", content, compress_type=zipfile.ZIP_DEFLATED)
+    return path
+
+
+@pytest.mark.parametrize("name", ["book.ods", "book.xlsx", "book.csv"])
+def test_an_opendocument_spreadsheet_is_named_as_such_whatever_its_extension(
+    tmp_path: Path, name: str
+) -> None:
+    path = write_ods(tmp_path / name)
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value) == (
+        f"{path}: is an OpenDocument spreadsheet (.ods): save it as .xlsx or CSV"
+    )
+
+
+def test_a_workbook_cut_short_is_said_to_be_damaged(tmp_path: Path) -> None:
+    whole = write_xlsx(tmp_path / "whole.xlsx").read_bytes()
+    path = write(tmp_path, "cut.xlsx", whole[: len(whole) // 2])
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value).startswith(
+        f"{path}: the file is damaged or incomplete (not a whole zip archive): copy it again ("
+    )
+
+
+def test_a_zip_archive_without_a_workbook_is_not_taken_for_one(tmp_path: Path) -> None:
+    path = tmp_path / "export.xlsx"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("listings.csv", "price,area\n1,2\n")
+    with pytest.raises(InputError) as excinfo:
+        read_table(path)
+    assert str(excinfo.value).startswith(
+        f"{path}: is a zip archive but not an XLSX workbook (it holds no xl/workbook.xml); "
+        "save it from Excel as .xlsx ("
+    )
 
 
 def test_input_errors_are_usage_errors_exit_code_2() -> None:

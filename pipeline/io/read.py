@@ -2,8 +2,11 @@
 
 The reader is chosen by the file's extension, and the file's first bytes must agree with it: an
 XLSX workbook is a zip archive (``PK\\x03\\x04``), a Parquet file starts and ends with ``PAR1``,
-an old Excel 97-2003 workbook (and an encrypted XLSX) is an OLE2 file (``D0 CF 11 E0``). A file
-whose content contradicts its extension is refused with an InputError that says what it is.
+an old Excel 97-2003 workbook (and an encrypted XLSX) is an OLE2 file (``D0 CF 11 E0``). An
+OpenDocument spreadsheet (LibreOffice's .ods) is a zip archive too, told apart by its first entry,
+``mimetype``, which the OpenDocument standard stores first and uncompressed. A file whose content
+contradicts its extension, or that no reader here reads, is refused with an InputError that says
+what it is.
 
 Every reader returns the same shape of frame, so later steps never care about the format:
 
@@ -39,8 +42,13 @@ SUPPORTED_EXTENSIONS = CSV_EXTENSIONS + XLSX_EXTENSIONS + PARQUET_EXTENSIONS
 ZIP_MAGIC = b"PK\x03\x04"
 OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 PARQUET_MAGIC = b"PAR1"
+# The first entry of an OpenDocument file, as its local header stores it (name, then content).
+ODS_MIMETYPE = b"mimetypeapplication/vnd.oasis.opendocument.spreadsheet"
+HEAD_BYTES = 128  # reaches past the first zip entry's header and an ODS mimetype
 
 SAVE_AS_XLSX = "open it in Excel and use File > Save As > Excel Workbook (.xlsx)"
+OPENDOCUMENT = "an OpenDocument spreadsheet (.ods)"
+SAVE_ODS_AS = "save it as .xlsx or CSV"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,12 +117,14 @@ def _kind_for(path: Path) -> str:
     if size == 0:
         raise InputError(f"{path}: the file is empty")
     with path.open("rb") as fh:
-        head = fh.read(8)
+        head = fh.read(HEAD_BYTES)
         fh.seek(max(size - 4, 0))
         tail = fh.read(4)
     looks_like = _describe(head, tail)
     ext = path.suffix.lower()
 
+    if looks_like == OPENDOCUMENT:  # whatever its name: an .ods renamed .xlsx too
+        raise InputError(f"{path}: is {OPENDOCUMENT}: {SAVE_ODS_AS}")
     if ext in XLSX_EXTENSIONS:
         if head.startswith(ZIP_MAGIC):
             return "xlsx"
@@ -150,6 +160,8 @@ def _kind_for(path: Path) -> str:
 
 
 def _describe(head: bytes, tail: bytes) -> str:
+    if head.startswith(ZIP_MAGIC) and ODS_MIMETYPE in head:
+        return OPENDOCUMENT
     if head.startswith(ZIP_MAGIC):
         return "an XLSX workbook (zip archive)"
     if head.startswith(OLE2_MAGIC):

@@ -23,6 +23,7 @@ as their cached values.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import fastexcel
@@ -44,9 +45,7 @@ def read_xlsx(
     try:
         workbook = fastexcel.read_excel(path)
     except fastexcel.FastExcelError as exc:
-        raise InputError(
-            f"{path}: cannot be read as an XLSX workbook ({_first_line(exc)})"
-        ) from exc
+        raise InputError(f"{path}: {_why_unreadable(path, exc)}") from exc
     names = workbook.sheet_names
     passed_over: list[str] = []
     if sheet is None:
@@ -196,6 +195,30 @@ def _tidy(cell: pl.Expr) -> pl.Expr:
         .then(shortest.str.replace(r"\.0$", ""))
         .otherwise(cell.str.replace(TIME_OF_DAY, "$1").str.replace(MIDNIGHT, "$1"))
     )
+
+
+def _why_unreadable(path: Path, exc: Exception) -> str:
+    """What calamine's refusal to open `path` means to the person who sent it: a zip archive
+    cut short (a copy or download interrupted) or otherwise broken is damaged; a whole archive
+    without a workbook in it is not an XLSX workbook. Calamine's words come last."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            broken = archive.testzip()
+            names = set(archive.namelist())
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+        broken = path.name
+        names = set()
+    if broken is not None:
+        return (
+            "the file is damaged or incomplete (not a whole zip archive): copy it again "
+            f"({_first_line(exc)})"
+        )
+    if "xl/workbook.xml" not in names:
+        return (
+            "is a zip archive but not an XLSX workbook (it holds no xl/workbook.xml); "
+            f"save it from Excel as .xlsx ({_first_line(exc)})"
+        )
+    return f"cannot be read as an XLSX workbook ({_first_line(exc)})"
 
 
 def _first_line(exc: Exception) -> str:
