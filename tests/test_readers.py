@@ -808,8 +808,26 @@ def test_a_quote_inside_an_unquoted_value_is_read_as_excel_reads_it(tmp_path: Pa
 @pytest.mark.parametrize(
     ("data", "where"),
     [
-        (b'city,price\nRiyadh,"3000000"x\n', "line 2: ',' expected after '\"'"),
-        (b'city,price\nRiyadh,"3000000\nJeddah,2\n', "line 3: unexpected end of data"),
+        (
+            b'city,price\nRiyadh,"3000000"x\n',
+            "line 2: a quote opens a value here that is not closed where the value ends "
+            "(',' expected after '\"')",
+        ),
+        (
+            b'city,price\nRiyadh,"3000000\nJeddah,2\n',
+            "line 2: a quote opens a value here that is never closed (the file ends inside it)",
+        ),
+        (  # QA round 26: the line where the quote opened, not where the parser stopped
+            b'id,city,price,notes\nA1,Riyadh,1,ok\nA2,Riyadh,2,"corner plot\n'
+            b'A3,Riyadh,"920,000",ok\nA4,Riyadh,4,ok\n',
+            "line 3: a quote opens a value here that is not closed where the value ends "
+            "(line 4: ',' expected after '\"')",
+        ),
+        (  # a value over two lines before it is no reason to name its line
+            b'id,notes,price\nA1,"two\nlines",1\nA2,"three\nlines" x,2\nA3,ok,3\n',
+            "line 4: a quote opens a value here that is not closed where the value ends "
+            "(line 5: ',' expected after '\"')",
+        ),
     ],
 )
 def test_a_quote_never_closed_is_refused_with_its_line(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import itertools
 import re
 from pathlib import Path
 
@@ -127,14 +128,24 @@ def _lenient_read(path: Path, source: Path | bytes, separator: str, skip: int) -
     text = _text_of(source)
     records = csv.reader(io.StringIO(text, newline=""), delimiter=separator, strict=True)
     rows: list[list[str]] = []
+    record_ended = 0  # the line the last whole record ended on
     try:
         for number, record in enumerate(records, start=1):
             if number > skip:
                 rows.append(record)
+            record_ended = records.line_num
     except csv.Error as exc:
+        stopped = records.line_num
+        opened = _quote_opened_on(text, record_ended + 1, stopped, separator)
+        said = str(exc) if stopped == opened else f"line {stopped}: {exc}"
+        where = f"line {opened}: a quote opens a value here that " + (
+            "is never closed (the file ends inside it)"
+            if "end of data" in str(exc)
+            else f"is not closed where the value ends ({said})"
+        )
         raise InputError(
-            f"{path}: line {records.line_num}: {exc}; a value that contains quotes or the "
-            f"separator {separator!r} must be wholly in quotes, with each quote doubled"
+            f"{path}: {where}; a value that contains quotes or the separator {separator!r} must "
+            "be wholly in quotes, with each quote doubled"
         ) from None
     while rows and not rows[-1]:
         rows.pop()  # trailing blank lines, as polars drops them
@@ -148,6 +159,31 @@ def _lenient_read(path: Path, source: Path | bytes, separator: str, skip: int) -
         {f"column_{i}": values for i, values in enumerate(columns)},
         schema={f"column_{i}": pl.String for i in range(width)},
     )
+
+
+def _quote_opened_on(text: str, first: int, last: int, separator: str) -> int:
+    """The line on which the last quoted value opened in lines `first` to `last` (1-based, as
+    the csv module counts them) of `text`, a record the csv module refused. A quote opens a
+    value only at the value's start; `""` inside a quoted value is a quote mark; the scan ends
+    where the csv module stopped (text after a closing quote) or at `last`. `first` if no value
+    opened with a quote."""
+    lines = itertools.islice(io.StringIO(text, newline=""), first - 1, last)
+    opened, state = first, "start"
+    for number, line in enumerate(lines, start=first):
+        for ch in line:
+            if state == "quoted":
+                state = "quote in quoted" if ch == '"' else "quoted"
+            elif state == "quote in quoted" and ch == '"':
+                state = "quoted"  # a doubled quote
+            elif state == "quote in quoted" and ch not in (separator, "\n", "\r"):
+                return opened  # where the csv module stopped: `"..."x`
+            elif ch in (separator, "\n", "\r"):
+                state = "start"
+            elif ch == '"' and state == "start":
+                state, opened = "quoted", number
+            else:
+                state = "unquoted"
+    return opened
 
 
 def _text_of(source: Path | bytes) -> str:
