@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import zipfile
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import openpyxl
@@ -682,6 +682,37 @@ def test_a_parquet_input_keeps_its_column_types_in_a_parquet_output_and_numbers_
         assert [r[0] for r in rows] == [101, 102, 103] and [r[4] for r in rows] == [400, 90, 500]
         assert [r[5] for r in rows] == [datetime(2026, 10, 1), None, datetime(2026, 11, 2)]
     assert balance(db) == 5000 - 2
+
+
+def test_parquet_bytes_and_durations_pass_through_as_text_and_keep_their_type_in_parquet(
+    tmp_path, db
+):
+    source = tmp_path / "warehouse.parquet"
+    uuids = [bytes.fromhex("ad589ef0990f4cbe8a1b01a8a477266e"), b"\xff" * 16]
+    pl.DataFrame(
+        {
+            "type": ["apartment", "villa"],
+            "price": [900_000, 3_200_000],
+            "area": [120, 400],
+            "city": ["Riyadh", "Riyadh"],
+            "listing_uuid": pl.Series(uuids, dtype=pl.Binary),
+            "time_on_market": pl.Series(
+                [timedelta(days=3), timedelta(hours=1, minutes=30)], dtype=pl.Duration("ms")
+            ),
+        }
+    ).write_parquet(source)
+    out, csv = tmp_path / "scored.parquet", tmp_path / "scored.csv"
+    assert score(db, str(source), "-o", str(out), "-o", str(csv)) == 0
+
+    back = pl.read_parquet(out)
+    assert_frame_equal(back.select(back.columns[:6]), pl.read_parquet(source))
+    assert back["status"].to_list() == ["scored", "scored"]
+    text = pl.read_csv(csv, infer_schema=False)
+    assert text["listing_uuid"].to_list() == [
+        "0xad589ef0990f4cbe8a1b01a8a477266e",
+        "0x" + "ff" * 16,
+    ]
+    assert text["time_on_market"].to_list() == ["P3D", "PT1H30M"]
 
 
 @pytest.mark.parametrize(

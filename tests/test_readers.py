@@ -584,11 +584,27 @@ def test_formulas_saved_as_zero_are_found_however_the_xml_is_laid_out(
 # --- Parquet ------------------------------------------------------------------------------
 
 
-def test_a_parquet_column_that_is_not_text_is_named(tmp_path: Path) -> None:
+def test_parquet_bytes_and_durations_read_as_text(tmp_path: Path) -> None:
     path = tmp_path / "x.parquet"
-    pl.DataFrame({"price": ["1"], "photo": [b"\xff\xd8\xff"]}).write_parquet(path)
-    with pytest.raises(InputError, match=r"x.parquet: column 'photo' cannot be read as text"):
-        read_table(path)
+    pl.DataFrame(
+        {
+            "price": ["1", "2", "3"],
+            "photo": [b"\xff\xd8\xff", b"", None],  # not UTF-8: hex, the whole column
+            "code": [b"RUH-1", b"", None],  # UTF-8 text stored as bytes: that text
+            "on_market": pl.Series(
+                [dt.timedelta(days=3), dt.timedelta(seconds=-1.5), None], dtype=pl.Duration("us")
+            ),
+        }
+    ).write_parquet(path)
+    assert_text_frame(
+        read_table(path),
+        {
+            "price": ["1", "2", "3"],
+            "photo": ["0xffd8ff", None, None],
+            "code": ["RUH-1", None, None],
+            "on_market": ["P3D", "-PT1.5S", None],
+        },
+    )
 
 
 def test_parquet_columns_become_text(tmp_path: Path) -> None:

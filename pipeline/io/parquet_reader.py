@@ -4,8 +4,11 @@ Casting follows polars: numbers print as the shortest decimal that reads back th
 (``1500000.0``, ``1e+20``), booleans as ``true``/``false``, dates as ISO. Times and datetimes
 (without a time zone) print as ISO with a fraction of a second only when they have one
 (``2024-05-01 13:30:00``, ``23:59:59.500``): polars' own text pads every datetime with six
-zeros and cuts a time's fraction off. A nested column (list, struct) cannot become text and is
-refused.
+zeros and cuts a time's fraction off. Durations print as ISO 8601 (``P3D``, ``PT1H30M``,
+``PT1.5S``), which no spreadsheet takes for a number. A binary column holding UTF-8 text (as
+some writers store strings) reads as that text; any other binary column (a UUID as 16 bytes, a
+checksum) reads as ``0x`` and lowercase hex (``0x1f8b...``), every value of it, and an empty
+value as empty. A nested column (list, struct) cannot become text and is refused.
 """
 
 from __future__ import annotations
@@ -48,7 +51,19 @@ def as_text(column: pl.Series) -> pl.Series:
         return column.dt.to_string("%H:%M:%S%.f")
     if isinstance(dtype, pl.Datetime) and dtype.time_zone is None:
         return column.dt.to_string("%Y-%m-%d %H:%M:%S%.f")
+    if isinstance(dtype, pl.Duration):
+        return column.dt.to_string("iso")
+    if dtype == pl.Binary:
+        return _binary_as_text(column)
     return column.cast(pl.String)
+
+
+def _binary_as_text(column: pl.Series) -> pl.Series:
+    try:
+        return column.cast(pl.String)  # UTF-8 text stored as bytes
+    except pl.exceptions.ComputeError:  # not UTF-8: bytes, shown as an analyst's tools show them
+        digits = column.bin.encode("hex")
+        return ("0x" + digits).zip_with(digits != "", digits).alias(column.name)
 
 
 def _first_line(exc: Exception) -> str:
