@@ -684,6 +684,39 @@ def test_a_parquet_input_keeps_its_column_types_in_a_parquet_output_and_numbers_
     assert balance(db) == 5000 - 2
 
 
+def test_rows_swallowed_by_a_stray_quote_are_warned_of_in_the_summary_and_the_dry_run(
+    tmp_path, db, capsys
+):
+    source = tmp_path / "listings.csv"
+    source.write_text(
+        'id,type,price,area,city,notes\nA1,apartment,900000,120,Riyadh,"corner plot\n'
+        'A2,apartment,910000,121,Riyadh,near metro\nA3,apartment,920000,122,Riyadh,TV 55"\n'
+        "A4,apartment,930000,123,Riyadh,ok\n"
+    )
+    warning = (
+        "row 1, column 'notes' (lines 2-4: 2 lines shaped like rows). A stray quote opening a "
+        'cell (such as `"corner plot`) and another closing a later value (such as `TV 55"`) '
+        "make the rows between text of that cell: check the quotes on those lines (notes "
+        "meant to span lines are fine)"
+    )
+    label = "Warning: rows inside a quoted cell"
+    assert score(db, str(source), "--dry-run", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["read_as"][label] == warning
+    assert score(db, str(source), "-o", str(tmp_path / "out.csv"), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["notes"][label] == warning
+    journal = str(tmp_path / "console.journal")
+    args = ["score", str(source), "-o", str(tmp_path / "out.csv"), "--db", db]
+    assert main([*args, "--workspace", "acme", "--journal", journal]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert any(line.split() == [*label.split(), *warning.split()] for line in said)
+
+    titled = tmp_path / "titled.csv"  # under a title, the row and column are the table's
+    titled.write_text("Portfolio Q4 2026,,,,,\n" + source.read_text())
+    assert score(db, str(titled), "--dry-run", "--json") == 0
+    said = json.loads(capsys.readouterr().out)["read_as"][label]
+    assert said == warning.replace("lines 2-4", "lines 3-5")
+
+
 def test_parquet_bytes_and_durations_pass_through_as_text_and_keep_their_type_in_parquet(
     tmp_path, db
 ):

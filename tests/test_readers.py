@@ -853,6 +853,40 @@ def test_a_quote_never_closed_is_refused_with_its_line(
         read_table(write(tmp_path, "x.csv", data))
 
 
+SWALLOWED = (  # QA round 26: a stray quote on line 2, an inch mark closing it on line 4
+    'id,type,price,area,city,notes\nA1,apartment,900000,120,Riyadh,"corner plot\n'
+    'A2,apartment,910000,121,Riyadh,near metro\nA3,apartment,920000,122,Riyadh,TV 55"\n'
+    "A4,apartment,930000,123,Riyadh,ok\n"
+)
+
+
+@pytest.mark.parametrize("lenient", [False, True], ids=["polars", "csv module"])
+def test_rows_read_into_a_quoted_cell_are_named_with_their_lines(
+    tmp_path: Path, lenient: bool
+) -> None:
+    # a blank line and a two-line note before it count in the lines; `55" TV` sends the
+    # file through the lenient reader
+    data = 'sep=,\nid,type,price,area,city,notes\n\nA0,villa,1,2,Riyadh,"two\nlines"\n'
+    data += SWALLOWED.split("\n", 1)[1] + ('A5,land,1,2,Riyadh,55" TV\n' if lenient else "")
+    result = read_table_with_info(write(tmp_path, "x.csv", data.encode()))
+    assert result.frame.height == 4 + lenient
+    assert [(c.row, c.column, c.first_line, c.last_line, c.rows_inside)
+            for c in result.rows_in_quoted_cells or []] == [(3, "notes", 6, 8, 2)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        'id,type,price,area,city,notes\nA1,villa,1,2,Riyadh,"one\ntwo, with, commas"\n',
+        'id,type,price,area,city,notes\nA1,villa,1,2,Riyadh,"a, b, c, d, e, f, g"\n',
+        '"id\n(CRM, ref, no, of, the, listing)",type,price,area,city\nA1,villa,1,2,Riyadh\n',
+    ],
+)
+def test_notes_over_several_lines_are_no_reason_to_warn(tmp_path: Path, data: str) -> None:
+    result = read_table_with_info(write(tmp_path, "x.csv", data.encode()))
+    assert result.rows_in_quoted_cells is None
+
+
 def test_a_cp1256_file_with_a_pasted_utf8_word_is_refused(tmp_path: Path) -> None:
     rows = ["city,district"] + ["الرياض,الملقا"] * 30
     data = ("\n".join(rows) + "\n").encode("cp1256") + "الرياض,".encode("cp1256")

@@ -57,6 +57,7 @@ from pipeline.batch.unmatched_places import unmatched_places
 from pipeline.batch.validate import reject_reasons
 from pipeline.engine.schema import REQUEST_SCHEMA
 from pipeline.errors import MissingColumnError, PipelineError, UnknownHeaderError, UsageError
+from pipeline.io.csv_reader import describe_rows_in_quoted_cells
 from pipeline.io.parquet_types import typed_input
 from pipeline.io.read import ReadResult, check_input, read_table_with_info
 from pipeline.io.write import check_output_capacity, output_format, write_output
@@ -134,6 +135,8 @@ def prepare(options: BatchOptions) -> Prepared:
     config = load_column_config(options.config)
     raw, mapping, header_note, title_rows = _mapped(raw, config, source, read.renamed_headers or {})
     notes = _reading_notes(read, header_note)
+    if read.rows_in_quoted_cells:
+        notes += _rows_in_quoted_cells_note(read, raw)
     below = notes_below(raw)
     if below is not None:
         raw = below.table
@@ -222,6 +225,28 @@ def _reading_notes(read: ReadResult, header_note: str | None) -> list[tuple[str,
         shown = ", ".join(read.merged_down[:5]) + (", ..." if len(read.merged_down) > 5 else "")
         notes.append(("Merged cells filled down", f"{len(read.merged_down)} ({shown})"))
     return notes
+
+
+def _rows_in_quoted_cells_note(read: ReadResult, table: pl.DataFrame) -> list[tuple[str, str]]:
+    """The warning about quoted cells holding lines shaped like rows, by the rows and columns
+    of `table`: the file read, or the table under a header found below a title."""
+    shift = read.frame.height - table.height  # the rows above a header found below a title
+    cells = [
+        replace(
+            cell,
+            row=cell.row - shift,
+            column=table.columns[read.frame.columns.index(cell.column)]
+            if shift and table.width == read.frame.width
+            else cell.column,
+        )
+        for cell in read.rows_in_quoted_cells or []
+        if cell.row > shift
+    ]
+    return (
+        [("Warning: rows inside a quoted cell", describe_rows_in_quoted_cells(cells))]
+        if cells
+        else []
+    )
 
 
 def _maps_a_required_field(

@@ -21,6 +21,13 @@ count is the same on the next lines, then the most frequent, then that order.
 
 UTF-8 input is handed to polars as the file (no copy); other encodings are decoded in Python and
 re-encoded as UTF-8 bytes first. All cells are read as text (``infer_schema=False``).
+
+A quoted cell may hold line breaks (Excel's Alt+Enter). When a line inside one looks like a row
+of the table (it holds at least as many separators as the header, less one, and at least two:
+a listing has four fields), a stray quote (a
+notes cell starting ``"corner plot``, an inch mark ``TV 55"`` further down) has probably joined
+rows into that cell: the read is valid CSV, as LibreOffice reads it too, so it is not refused,
+but the cells are named for the run's summary (`RowsInQuotedCell`).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import csv
 import io
 import itertools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -42,9 +50,21 @@ SEPARATORS = (",", ";", "\t", "|")
 ENCODING_HINT = "try --encoding cp1256 (Arabic Windows), --encoding utf-16 or --encoding latin-1"
 
 
+@dataclass(frozen=True, kw_only=True)
+class RowsInQuotedCell:
+    """A quoted cell whose line breaks hold lines shaped like rows of the table."""
+
+    row: int  # data row, 1-based (the header is not a row)
+    position: int  # the cell's column, 0-based among the header's cells
+    column: str = ""  # its name in the frame read (set by pipeline.io.read)
+    first_line: int  # the file's lines the cell spans, 1-based
+    last_line: int
+    rows_inside: int  # lines in it, after its first, shaped like rows
+
+
 def read_csv(
     path: Path, *, encoding: str | None = None
-) -> tuple[list[str | None], pl.DataFrame, dict[str, str]]:
+) -> tuple[list[str | None], pl.DataFrame, dict[str, object]]:
     """The header cells, the data rows (positional column names) and how the file was read."""
     with path.open("rb") as fh:
         head = fh.read(SNIFF_BYTES)
@@ -95,10 +115,82 @@ def read_csv(
     if raw.height == 0:
         raise InputError(f"{path}: has no header row (the first line names the columns)")
     headers = list(raw.row(0))
-    details = {"encoding": codec, "separator": separator}
+    details: dict[str, object] = {"encoding": codec, "separator": separator}
     if overridden is not None:
         details["encoding_overridden"] = overridden
+    rows_in_cells = rows_in_quoted_cells(raw, separator, skip)
+    if rows_in_cells:
+        details["rows_in_quoted_cells"] = rows_in_cells
     return headers, raw.slice(1), details
+
+
+def rows_in_quoted_cells(raw: pl.DataFrame, separator: str, skip: int) -> list[RowsInQuotedCell]:
+    """The cells of `raw` (the header its first row, read after `skip` lines) holding a line,
+    after their first, with at least as many separators as the header less one (and at least
+    two). One search for a line break, in every cell, is all a file without one costs."""
+    if raw.height < 2:
+        return []
+    columns = raw.columns
+    broken = raw.with_row_index("index").filter(
+        pl.any_horizontal(pl.col(columns).str.contains("\n"))  # memchr, as a regex
+    )
+    if broken.height == 0:
+        return []
+    s = re.escape(separator)
+    row_like = re.compile(rf"\n(?:[^\n{s}]*{s}){{{max(raw.width - 2, 2)}}}")
+    flagged = broken.filter(pl.any_horizontal(pl.col(columns).str.contains(row_like.pattern)))
+    if flagged.height == 0:
+        return []
+    return _cells_with_rows(broken, flagged, row_like, skip)
+
+
+def describe_rows_in_quoted_cells(cells: list[RowsInQuotedCell]) -> str:
+    """The summary's warning: the first three cells, and how many more."""
+    shown = [
+        f"row {c.row}, column {c.column!r} (lines {c.first_line}-{c.last_line}: "
+        f"{c.rows_inside} line{'s' * (c.rows_inside > 1)} shaped like rows)"
+        for c in cells[:3]
+    ]
+    more = f" and {len(cells) - 3} more" if len(cells) > 3 else ""
+    return (
+        f'{"; ".join(shown)}{more}. A stray quote opening a cell (such as `"corner plot`) '
+        'and another closing a later value (such as `TV 55"`) make the rows between text of '
+        "that cell: check the quotes on those lines (notes meant to span lines are fine)"
+    )
+
+
+def _cells_with_rows(
+    broken: pl.DataFrame, flagged: pl.DataFrame, row_like: re.Pattern[str], skip: int
+) -> list[RowsInQuotedCell]:
+    """Where each flagged row's cells lie in the file. A row starts on the line after the
+    previous row's last: one line per row read, plus the line breaks in the cells of the rows
+    before it (only `broken` rows have any)."""
+    columns = [c for c in broken.columns if c != "index"]
+    breaks = pl.sum_horizontal(pl.col(columns).str.count_matches("\n", literal=True))
+    before = broken.select("index", earlier=breaks.cum_sum() - breaks)
+    earlier = dict(before.iter_rows())
+    found = []
+    for record in flagged.iter_rows(named=True):
+        index = record["index"]
+        line = skip + 1 + index + earlier[index]
+        if index == 0:
+            continue  # the header: a long heading is no row
+        for position, column in enumerate(columns):
+            cell = record[column] or ""
+            lines = cell.count("\n")
+            if row_like.search(cell):
+                inside = len(row_like.findall(cell))
+                found.append(
+                    RowsInQuotedCell(
+                        row=index,
+                        position=position,
+                        first_line=line,
+                        last_line=line + lines,
+                        rows_inside=inside,
+                    )
+                )
+            line += lines
+    return found
 
 
 def _old_mac_lines(head: bytes | str) -> bool:

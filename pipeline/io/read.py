@@ -24,7 +24,7 @@ Every reader returns the same shape of frame, so later steps never care about th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -69,6 +69,8 @@ class ReadResult:
     # sheet's data starts; None for Parquet. And XLSX: the sheet rows hidden (1-based).
     first_row: int | None = None
     hidden_rows: tuple[int, ...] = ()
+    # CSV: quoted cells with lines shaped like rows in them (a stray quote joining rows?)
+    rows_in_quoted_cells: list[csv_reader.RowsInQuotedCell] | None = None
 
 
 def read_table(
@@ -99,6 +101,13 @@ def read_table_with_info(
     frame, renamed = finish_frame(headers, frame)
     if frame.width == 0:
         raise InputError(f"{path}: has no header row (the first non-empty row names the columns)")
+    if "rows_in_quoted_cells" in details:
+        names = unique_headers(headers)[0]  # by position, before empty columns are dropped
+        details["rows_in_quoted_cells"] = [
+            replace(cell, column=names[cell.position])
+            for cell in details["rows_in_quoted_cells"]
+            if cell.row <= frame.height
+        ]
     return ReadResult(frame=frame, format=kind, renamed_headers=renamed or None, **details)
 
 
