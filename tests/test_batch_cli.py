@@ -1124,3 +1124,14 @@ def test_an_unchanged_file_rejected_by_an_earlier_version_is_answered_again(tmp_
     rejects = list(openpyxl.load_workbook(out)["Rejects"].iter_rows(values_only=True))
     assert rejects[1][:4] == (2, None, "Price", "property.price")
     assert balance(db) == 4999
+
+
+def test_empty_lines_above_a_csv_header_are_passed_over_and_counted_as_sheet_rows(tmp_path, db):
+    # They were taken for the header ("the header line has 0 fields"); Excel shows them as rows.
+    source = tmp_path / "in.csv"
+    source.write_text("\n\nCity,Type,Price,Area\nRiyadh,villa,3000000,400\nRiyadh,villa,abc,400\n")
+    out = tmp_path / "out.csv"
+    assert score(db, str(source), "-o", str(out)) == 0
+    frame = pl.read_csv(out, infer_schema=False)
+    assert frame["status"].to_list() == ["scored", "rejected"]
+    assert frame["error_message"][1].startswith("row 2 (sheet row 5), column 'Price': 'abc'")

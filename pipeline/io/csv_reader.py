@@ -90,7 +90,9 @@ def read_csv(
         text_head = data[:SNIFF_BYTES]
         source = data.encode("utf-8")
 
-    separator, skip = _sniff_separator(text_head, default="\t" if path.suffix == ".tsv" else ",")
+    separator, skip, empty_above = _sniff_separator(
+        text_head, default="\t" if path.suffix == ".tsv" else ","
+    )
     try:
         raw = _polars_read(source, separator, skip)
     except pl.exceptions.ComputeError as exc:
@@ -115,7 +117,12 @@ def read_csv(
     if raw.height == 0:
         raise InputError(f"{path}: has no header row (the first line names the columns)")
     headers = list(raw.row(0))
-    details: dict[str, object] = {"encoding": codec, "separator": separator}
+    # The row Excel shows the header on: under the empty lines (a `sep=` line it hides)
+    details: dict[str, object] = {
+        "encoding": codec,
+        "separator": separator,
+        "first_row": 1 + empty_above,
+    }
     if overridden is not None:
         details["encoding_overridden"] = overridden
     rows_in_cells = [] if _no_line_break_in_a_cell(source, raw, skip) else None
@@ -520,11 +527,15 @@ def _decode_line(path: Path, number: int, data: bytes, codec: str) -> str:
         ) from None
 
 
-def _sniff_separator(text: str, *, default: str) -> tuple[str, int]:
-    """The separator and how many leading lines to skip (1 after a ``sep=X`` line)."""
+def _sniff_separator(text: str, *, default: str) -> tuple[str, int, int]:
+    """The separator, how many leading lines to skip (empty lines above the header, and a
+    ``sep=X`` line) and how many of those are empty (Excel shows them as rows; not the
+    ``sep=`` line)."""
+    blank = _leading_empty_lines(text)
+    text = text.split("\n", blank)[-1] if blank else text
     first_line = text.split("\n", 1)[0].rstrip("\r")
     if first_line.lower().startswith("sep=") and len(first_line) == 5:
-        return first_line[4], 1
+        return first_line[4], blank + 1, blank
     records = _count_outside_quotes(text, SNIFF_LINES)
     if not records:
         return default, 0
@@ -535,7 +546,15 @@ def _sniff_separator(text: str, *, default: str) -> tuple[str, int]:
         return (header[sep] > 0 and consistent, header[sep], -SEPARATORS.index(sep))
 
     best = max(SEPARATORS, key=rank)
-    return (best if header[best] > 0 else default), 0
+    return (best if header[best] > 0 else default), blank, blank
+
+
+def _leading_empty_lines(text: str) -> int:
+    """Empty lines (or only spaces) at the start: above the header, which they are not."""
+    for count, line in enumerate(text.split("\n", SNIFF_LINES)):
+        if line.strip(" \t\r\ufeff"):
+            return count
+    return 0  # nothing but empty lines in the start read: the file's emptiness is said later
 
 
 def _count_outside_quotes(text: str, max_records: int) -> list[dict[str, int]]:

@@ -93,7 +93,6 @@ def read_table_with_info(
     kind = _kind_for(path)
     if kind == "csv":
         headers, frame, details = csv_reader.read_csv(path, encoding=encoding)
-        details = {**details, "first_row": 1}  # a `sep=` line above it: Excel does not show it
     elif kind == "xlsx":
         headers, frame, details = xlsx_reader.read_xlsx(path, sheet=sheet)
     else:
