@@ -438,8 +438,12 @@ def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> p
     at_row = keyed["row_number"] - 1
     answer_of_row = scattered(answer_of_request.gather(keyed["request_id"]), at_row, rows)
     first = scattered(keyed["first"], at_row, rows)
-    result = scored.select(pl.all().gather(answer_of_row)).with_columns(
-        decisions_used=pl.when(pl.lit(first)).then("decisions_used").otherwise(0)
+    # One chunk per column first: `scored` holds a chunk per batch, and a gather over many
+    # chunks finds each row's chunk (a million rows: 0.27 s, against 0.02 s + 0.07 s).
+    result = (
+        scored.rechunk()
+        .select(pl.all().gather(answer_of_row))
+        .with_columns(decisions_used=pl.when(pl.lit(first)).then("decisions_used").otherwise(0))
     )
     result = result.with_columns(
         row_number=pl.int_range(1, rows + 1, dtype=pl.Int64),
