@@ -758,9 +758,13 @@ def changed_verdicts(
     more than once (tonight or last time) cannot be paired, and are left out."""
     if previous.is_empty():
         return None
-    now_verdicts = results.select("row_number", new_verdict="verdict").with_columns(
-        listing=listings
-    )
+    now_verdicts = pl.DataFrame(
+        {
+            "row_number": results["row_number"],
+            "new_verdict": results["verdict"],
+            "listing": listings,
+        }
+    )  # columns taken, not selected: see `verdicts` in run_batch
     once = pl.len().over("listing") == 1
     both = now_verdicts.filter(once).join(
         previous.filter(pl.col("copies") == 1), on="listing", how="inner", maintain_order="left"
@@ -904,7 +908,10 @@ def run_batch(
                 # answers from.
                 saved = []
                 if journal is not None:
-                    verdicts = results.select("verdict").with_columns(listing=listings)
+                    # Taken, not selected: an eager select on `results` (input columns in the
+                    # reader's chunks, ours in one) first copies every column into aligned
+                    # chunks, 0.1-0.3 s a million rows.
+                    verdicts = pl.DataFrame({"verdict": results["verdict"], "listing": listings})
                     saved.append(beside.submit(journal.save_verdicts, verdicts, previous))
                 if keeping is not None and parquet is None:
                     saved.append(beside.submit(keeping.write_last_run, results, rejects))
