@@ -159,7 +159,7 @@ def normalize(raw: pl.DataFrame, mapping: ColumnMap) -> pl.DataFrame:
     def field(name: str) -> pl.Series:
         header = mapping[name]
         if header is None:
-            return pl.Series(name, [None] * raw.height, dtype=REQUEST_SCHEMA[name])
+            return pl.repeat(None, raw.height, dtype=REQUEST_SCHEMA[name], eager=True).alias(name)
         return normalize_column(raw.get_column(header).cast(pl.String), name).alias(name)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -202,7 +202,7 @@ def _per_distinct(
         return transform(cells).cast(dtype)
     distinct = cells.unique().drop_nulls()
     if distinct.is_empty():  # replace_strict would keep the text dtype of an all-null column
-        return pl.Series(cells.name, [None] * len(cells), dtype=dtype)
+        return pl.repeat(None, len(cells), dtype=dtype, eager=True).alias(cells.name)
     return cells.replace_strict(distinct, transform(distinct).cast(dtype), return_dtype=dtype)
 
 

@@ -61,8 +61,8 @@ def _unreadable_cell(raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnM
             unread = raw[header].is_not_null() & requests[column].is_null()
         checks.append(pl.when(unread).then(pl.lit(i, pl.Int32)))
     if not checks:
-        return pl.Series("unread", [None] * raw.height, dtype=pl.Int32)
-    frame = pl.DataFrame({"_": pl.Series([None] * raw.height, dtype=pl.Int32)})
+        return pl.repeat(None, raw.height, dtype=pl.Int32, eager=True).alias("unread")
+    frame = pl.DataFrame({"_": pl.repeat(None, raw.height, dtype=pl.Int32, eager=True)})
     return frame.select(pl.coalesce([*checks, pl.col("_")]).alias("unread")).to_series()
 
 
