@@ -364,8 +364,12 @@ class Journal:
         """
         asked = fingerprints.to_frame("fingerprint")
         batches = [self._as_stored(batch) for batch in self._batches()]
-        if not batches:
-            return asked.join(pl.DataFrame(schema=STATE_SCHEMA), on="fingerprint", how="left")
+        if not batches:  # nothing known: no join of a million fingerprints with no rows
+            return asked.with_columns(
+                pl.lit(None, dtype).alias(c)
+                for c, dtype in STATE_SCHEMA.items()
+                if c != "fingerprint"
+            )
         answer_columns = ["fingerprint", *_ANSWERED_SCHEMA]
         try:
             answers = self._scan_each([b[3] for b in batches], answer_columns)
