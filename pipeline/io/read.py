@@ -30,7 +30,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.errors import InputError
-from pipeline.io import csv_reader, parquet_reader, xlsx_reader
+from pipeline.io import csv_reader, parquet_reader
 
 __all__ = ["SUPPORTED_EXTENSIONS", "ReadResult", "read_table", "read_table_with_info"]
 
@@ -94,6 +94,8 @@ def read_table_with_info(
     if kind == "csv":
         headers, frame, details = csv_reader.read_csv(path, encoding=encoding)
     elif kind == "xlsx":
+        from pipeline.io import xlsx_reader  # its imports (10 ms) only for a workbook
+
         headers, frame, details = xlsx_reader.read_xlsx(path, sheet=sheet)
     else:
         headers, frame, details = parquet_reader.read_parquet(path)
