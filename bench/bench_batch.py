@@ -21,6 +21,7 @@ import polars as pl
 import xlsxwriter
 
 from bench.synthetic import listings
+from pipeline.batch.result_columns import REJECTS_SCHEMA
 from pipeline.batch.summary import RunSummary
 from pipeline.io.write import write_output
 
@@ -126,10 +127,7 @@ def run() -> None:
         print(f"  peak memory of the run:        {peak_kib / 1024:,.0f} MiB")
 
         scored = pl.read_parquet(work / "scored.parquet").head(XLSX_ROWS)
-        rejects = pl.DataFrame(
-            schema={"row_number": pl.Int64, "column": pl.String, "field": pl.String,
-                    "value": pl.String, "reason": pl.String}
-        )  # fmt: skip
+        rejects = pl.DataFrame(schema=REJECTS_SCHEMA)
         bare, ours = float("inf"), float("inf")
         for _ in range(TRIALS):  # alternated, so both see the same noise
             bare = min(bare, _bare_xlsx(scored, work / "bare.xlsx"))
