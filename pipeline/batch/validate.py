@@ -96,12 +96,12 @@ def reject_reasons(
         [f"{FIELD_PATHS[c]} must be {what}" for c, what in _TYPED], dtype=pl.String
     ).gather(unread)
 
-    row_numbers = row_numbers.cast(pl.String)
+    where = row_numbers.gather(picked).cast(pl.String)  # the rejected rows' only
     if sheet_rows is not None:
-        row_numbers = row_numbers + " (sheet row " + sheet_rows.cast(pl.String) + ")"
+        where = where + " (sheet row " + sheet_rows.gather(picked).cast(pl.String) + ")"
     frame = pl.DataFrame(
         {
-            "row_number": row_numbers.gather(picked),
+            "row_number": where,
             "column": unread_column.fill_null(broken["error_column"]),
             "error_field": unread_field.fill_null(broken["error_field"]),
             "rule": unread_rule.fill_null(broken["error_message"]),

@@ -120,7 +120,7 @@ def row_places(sheet: SheetXml | None) -> RowPlaces:
     sheet hides (a filter hides the rows it leaves out)."""
     if sheet is None:
         return RowPlaces(None, ())
-    first = re.search(_VALUE_CELL % rb"[A-Z]+", sheet.xml)
+    top = _first_value_row(sheet.xml)
     hidden: tuple[int, ...] = ()
     if b'hidden="' in sheet.xml:
         hidden = tuple(
@@ -128,7 +128,7 @@ def row_places(sheet: SheetXml | None) -> RowPlaces:
             for tag in _HIDDEN_ROW.finditer(sheet.xml)
             if (row := _ROW_NUMBER.search(tag.group(0))) is not None
         )
-    return RowPlaces(int(first.group(1)) if first else None, hidden)
+    return RowPlaces(top + 1 if top is not None else None, hidden)
 
 
 def restore_cells(sheet: SheetXml | None, frame: pl.DataFrame) -> Restored:
@@ -147,7 +147,7 @@ def restore_cells(sheet: SheetXml | None, frame: pl.DataFrame) -> Restored:
     if unsaved:
         # Not in the first row read (a title, or the header: a header cell that is a formula
         # without a result reads as a blank header, said as such), nor above it.
-        top = origin[0] if origin is not None else _first_value_row(xml)
+        top = origin[0] if origin is not None else (_first_value_row(xml) or 0)
         formula = _unsaved_formula(xml, top + 1, recalculated_on_open)
         if formula is not None:
             no_result, placeholder = formula
@@ -182,11 +182,11 @@ def _unsaved_formula(
     return None
 
 
-def _first_value_row(xml: bytes) -> int:
+def _first_value_row(xml: bytes) -> int | None:
     """The sheet row (0-based) calamine's range starts at, unchecked: the first holding a value
-    (for a sheet whose numbers cannot place the frame, see `_origin`)."""
-    guess = _first_row_and_column(xml, _VALUE_CELL)
-    return guess[0] if guess is not None else 0
+    (for a sheet whose numbers cannot place the frame, see `_origin`); None in an empty sheet."""
+    first = re.search(_VALUE_CELL % rb"[A-Z]+", xml)  # rows come in order: the top row
+    return int(first.group(1)) - 1 if first else None
 
 
 def formula_without_result(xml: bytes, *, from_row: int = 0) -> tuple[str, str] | None:
