@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import zipfile
+from contextlib import closing
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -931,6 +932,56 @@ def test_a_lost_answers_file_puts_its_rows_in_doubt_and_they_are_not_paid_again(
     ]  # fmt: skip
 
 
+def _rewrite_in_place(path: Path, **changes: pl.Expr) -> None:
+    """Damage that still decodes (a flipped bit, a bad copy): the file, changed, same name."""
+    pl.read_parquet(path).with_columns(**changes).write_parquet(path, compression="lz4")
+
+
+def test_answers_changed_on_disk_are_not_believed_but_replayed(tmp_path, db):
+    # An answers file that still decodes, with other verdicts: its checksum (in its name) tells.
+    journal = tmp_path / "job.journal"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "--db", db, "--workspace", "acme",
+            "--journal", str(journal), "--quiet"]  # fmt: skip
+    assert main([*args, "-o", str(tmp_path / "first.csv")]) == 0
+    for path in results_folder(journal).glob("*.answers.parquet"):
+        _rewrite_in_place(path, verdict=pl.lit("match"), score=pl.lit(100, pl.Int64))
+    (results_folder(journal) / "last-run.results.parquet").unlink()  # not answered from it
+    assert main([*args, "-o", str(tmp_path / "again.csv")]) == 0
+    first = pl.read_csv(tmp_path / "first.csv", infer_schema=False)
+    again = pl.read_csv(tmp_path / "again.csv", infer_schema=False)
+    assert_frame_equal(again.drop("decisions_used"), first.drop("decisions_used"))
+    assert balance(db) == 5000 - DISTINCT_VALID  # replayed by the ledger, not paid again
+
+
+def test_keys_changed_on_disk_stop_the_run_instead_of_paying_again(tmp_path, db, capsys):
+    # Rows in doubt go again under the keys of their rows file: other keys would be charged anew.
+    journal = tmp_path / "job.journal"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    for path in results_folder(journal).glob("*.answers.parquet"):
+        path.unlink()  # every row in doubt
+    for path in results_folder(journal).glob("*.rows.parquet"):
+        _rewrite_in_place(path, idempotency_key=pl.col("idempotency_key") + "x")
+    (results_folder(journal) / "last-run.results.parquet").unlink()
+    assert main(args) == 2
+    assert "gone or damaged" in capsys.readouterr().err
+    assert balance(db) == 5000 - DISTINCT_VALID
+
+
+def test_a_last_run_changed_on_disk_is_answered_from_the_journal_instead(tmp_path, db):
+    journal = tmp_path / "job.journal"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "--db", db, "--workspace", "acme",
+            "--journal", str(journal), "--quiet"]  # fmt: skip
+    assert main([*args, "-o", str(tmp_path / "first.csv")]) == 0
+    _rewrite_in_place(results_folder(journal) / "last-run.results.parquet", verdict=pl.lit("x"))
+    assert main([*args, "-o", str(tmp_path / "again.csv")]) == 0
+    first = pl.read_csv(tmp_path / "first.csv", infer_schema=False)
+    again = pl.read_csv(tmp_path / "again.csv", infer_schema=False)
+    assert_frame_equal(again.drop("decisions_used"), first.drop("decisions_used"))
+    assert balance(db) == 5000 - DISTINCT_VALID
+
+
 def test_a_lost_rows_file_stops_the_run_saying_what_is_lost(tmp_path, db, capsys):
     journal = tmp_path / "lost.journal"
     args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
@@ -1119,6 +1170,12 @@ def test_an_unchanged_file_rejected_by_an_earlier_version_is_answered_again(tmp_
     assert main([*run, "--journal", str(journal), "-o", str(tmp_path / "a.csv")]) == 0
     kept = results_folder(journal) / "last-run.rejects.parquet"
     pl.read_parquet(kept).drop("sheet_row").write_parquet(kept)
+    with closing(sqlite3.connect(journal)) as kept_by, kept_by:  # no checksums then either
+        (last_run,) = kept_by.execute("SELECT value FROM meta WHERE name = 'last_run'").fetchone()
+        kept_by.execute(
+            "UPDATE meta SET value = ? WHERE name = 'last_run'",
+            (" ".join(last_run.split(" ")[:2]),),
+        )
     out = tmp_path / "b.xlsx"
     assert main([*run, "--journal", str(journal), "-o", str(out)]) == 0
     rejects = list(openpyxl.load_workbook(out)["Rejects"].iter_rows(values_only=True))

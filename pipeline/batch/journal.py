@@ -26,12 +26,15 @@ from __future__ import annotations
 import fcntl
 import glob
 import hashlib
+import io
 import json
 import os
+import re
 import shutil
 import sqlite3
 import time
 import uuid
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing, contextmanager, nullcontext, suppress
@@ -214,6 +217,7 @@ class Journal:
         # database) once its answers file is.
         self._writer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="journal")
         self._recording: list[tuple[Future[str], str, float]] = []
+        self._checked: dict[str, bool] = {}  # file name: intact (see _intact)
 
     def _move_in(self, legacy: Path) -> None:
         """A journal of an earlier version: copy the files of its batches from the folder it
@@ -260,15 +264,33 @@ class Journal:
         return value
 
     def _write(self, frame: pl.DataFrame, name: str) -> str:
-        """Write a Parquet file completely (fsynced) before the database refers to it."""
-        _write_parquet(frame, self.files / name)
-        return name
+        """Write a batch's Parquet file completely (fsynced) before the database refers to it;
+        its name: `name` with the CRC-32 of its bytes before the kind (`x.rows.parquet` ->
+        `x.1a2b3c4d.rows.parquet`). A damaged file can decode without an error, as other
+        answers or other keys (paid again): the name lets `_intact` tell before it is read."""
+        stem, kind = name.split(".", 1)
+        named = f"{stem}.{self._put(frame, name):08x}.{kind}"
+        os.replace(self.files / name, self.files / named)  # (a crash between: a stray file)
+        return named
 
-    def _copy(self, source: Path, name: str) -> str:
-        """`_write` for a file that exists already: copied, fsynced, renamed into place."""
+    def _put(self, frame: pl.DataFrame, name: str) -> int:
+        """`frame` written completely (fsynced) as the file `name`; the CRC-32 of its bytes."""
         with atomic_path(self.files / name) as temporary:
-            shutil.copyfile(source, temporary)
-        return name
+            _write_parquet_file(frame, temporary)
+            return _crc32(temporary)
+
+    def _copy(self, source: Path, name: str) -> int:
+        """`_put` for a file that exists already: copied, fsynced, renamed into place."""
+        crc = 0
+        with (
+            atomic_path(self.files / name) as temporary,
+            open(source, "rb") as reading,
+            open(temporary, "wb") as writing,
+        ):
+            while chunk := reading.read(1 << 20):
+                crc = zlib.crc32(chunk, crc)
+                writing.write(chunk)
+        return crc
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -370,12 +392,7 @@ class Journal:
                 for c, dtype in STATE_SCHEMA.items()
                 if c != "fingerprint"
             )
-        answer_columns = ["fingerprint", *_ANSWERED_SCHEMA]
-        try:
-            answers = self._scan_each([b[3] for b in batches], answer_columns)
-        except pl.exceptions.PolarsError:  # a file damaged inside: find it, as if it were lost
-            batches = [self._as_stored(batch, whole=True) for batch in batches]
-            answers = self._scan_each([b[3] for b in batches], answer_columns)
+        answers = self._scan_each([b[3] for b in batches], ["fingerprint", *_ANSWERED_SCHEMA])
         answered_in = [answers_file for _, _, _, answers_file, _ in batches]
         sent = pl.Series([state != "done" for _, state, *_ in batches])
         rows = self._scan_each(
@@ -411,32 +428,36 @@ class Journal:
         return asked.join(known, on="fingerprint", how="left", maintain_order="left")
 
     def _as_stored(
-        self, batch: tuple[str, str, str, str | None, float], *, whole: bool = False
+        self, batch: tuple[str, str, str, str | None, float]
     ) -> tuple[str, str, str, str | None, float]:
         """A batch as its files say: one whose answers file is gone or damaged (a disk
-        cleaned up, a copy cut short) counts as sent and unanswered, so its rows are in doubt
-        and go again under their keys, where the first charge is replayed, not paid again.
-        `whole`: read the answers file whole (its footer can be sound while a page inside is
-        not), once a scan of them all has failed."""
+        cleaned up, a copy cut short, a bit flipped) counts as sent and unanswered, so its rows
+        are in doubt and go again under their keys, where the first charge is replayed, not
+        paid again. A rows file gone or damaged stops the run: UsageError."""
         batch_key, _, rows_file, answers_file, created_at = batch
-        if not self._readable(rows_file):
-            raise UsageError(
-                f"the run journal {self.path} has lost the rows file of a batch it sent "
-                f"({self.files / rows_file}): which of its requests were paid, and under which "
-                "keys, is no longer known. Restore the file, or run with --fresh to score "
-                "(and pay for) everything again"
-            )
-        if answers_file is None or self._readable(answers_file, whole=whole):
+        self._check_rows_file(rows_file)
+        if answers_file is None or self._intact(answers_file):
             return batch
         return batch_key, "sent", rows_file, None, created_at
 
-    def _readable(self, name: str, *, whole: bool = False) -> bool:
-        """Whether the journal's file `name` reads: its footer, or `whole`."""
-        try:
-            (pl.read_parquet if whole else pl.read_parquet_schema)(self.files / name)
-        except (OSError, pl.exceptions.PolarsError):
-            return False
-        return True
+    def _check_rows_file(self, rows_file: str) -> None:
+        """UsageError if a batch's rows file is gone or damaged: without it, which keys its
+        requests were paid under is not known."""
+        if not self._intact(rows_file):
+            raise UsageError(
+                f"the run journal {self.path} has lost the rows file of a batch it sent "
+                f"({self.files / rows_file}: gone or damaged): which of its requests were paid,"
+                " and under which keys, is no longer known. Restore the file, or run with"
+                " --fresh to score (and pay for) everything again"
+            )
+
+    def _intact(self, name: str) -> bool:
+        """Whether the journal's file `name` is as it was written (see `_write`); each file is
+        checked once per journal opened (its name changes with its content)."""
+        intact = self._checked.get(name)
+        if intact is None:
+            intact = self._checked[name] = _intact(self.files / name)
+        return intact
 
     def _scan_each(self, names: list[str | None], columns: list[str] | None = None) -> pl.DataFrame:
         """The Parquet files `names` (None: no file) read in one scan, in order, each row with
@@ -496,9 +517,10 @@ class Journal:
         empty = pl.DataFrame(
             schema={"listing": pl.UInt64, "old_verdict": pl.String, "copies": pl.UInt32}
         )
-        if not path.exists():
+        try:  # gone or damaged: tonight's verdicts are kept from here on
+            stored = pl.read_parquet(path)
+        except (OSError, pl.exceptions.PolarsError):
             return empty
-        stored = pl.read_parquet(path)
         if LISTING_KEY not in stored.columns or "copies" not in stored.columns:
             return empty
         return stored.select(listing=LISTING_KEY, old_verdict="verdict", copies="copies")
@@ -559,13 +581,12 @@ class Journal:
 
     def _batch_files(self, batch_key: str) -> tuple[str | None, str | None] | None:
         """(rows file, answers file) of a batch the journal holds, or None; an answers file
-        that cannot be read whole counts as none (see `_as_stored`). Asked of a batch being
-        resent, or forgotten: rare enough to read the file."""
+        that is damaged counts as none (see `_as_stored`)."""
         self.flush()
         found = self._db.execute(
             "SELECT rows_file, answers_file FROM batches WHERE batch_key = ?", (batch_key,)
         ).fetchone()
-        if found is None or found[1] is None or self._readable(found[1], whole=True):
+        if found is None or found[1] is None or self._intact(found[1]):
             return found
         return found[0], None
 
@@ -700,26 +721,34 @@ class Journal:
 
     def write_last_run(
         self, results: pl.DataFrame, rejects: pl.DataFrame, *, written: Path | None = None
-    ) -> None:
-        """The complete output of a run, to answer again while nothing changes. Touches files
-        only, no database, so it can run in a thread beside the output writers.
+    ) -> str:
+        """The complete output of a run, to answer again while nothing changes; the files'
+        checksums, for `keep_last_run`. Touches files only, no database, so it can run in a
+        thread beside the output writers.
 
         `written`: a Parquet file that already holds exactly `results` (the run's Parquet
         output), copied byte for byte instead of encoding a million rows again (0.06 s
         against 0.9 s)."""
         if written is None:
-            self._write(results, _LAST_RESULTS)
+            results_crc = self._put(results, _LAST_RESULTS)
         else:
-            self._copy(written, _LAST_RESULTS)
-        self._write(rejects, _LAST_REJECTS)
+            results_crc = self._copy(written, _LAST_RESULTS)
+        rejects_crc = self._put(rejects, _LAST_REJECTS)
+        return f"{results_crc:08x}{rejects_crc:08x}"
 
     def keep_last_run(
-        self, key: str, oldest_answer: float, notes: list[tuple[str, object]] | None = None
+        self,
+        key: str,
+        oldest_answer: float,
+        notes: list[tuple[str, object]] | None = None,
+        *,
+        checksums: str,
     ) -> None:
-        """The run written by `write_last_run` finished: answer it again for `key`. `notes`:
-        what its summary said of how the file was read, to say again."""
+        """The run written by `write_last_run` (which gave its files' `checksums`) finished:
+        answer it again for `key`. `notes`: what its summary said of how the file was read,
+        to say again."""
         self._set_meta("last_run_notes", json.dumps(notes or [], ensure_ascii=False))
-        self._set_meta("last_run", f"{key} {oldest_answer!r}")
+        self._set_meta("last_run", f"{key} {oldest_answer!r} {checksums}")
 
     def last_run_notes(self) -> list[tuple[str, object]]:
         """The `notes` kept with the last run (none for a run kept by an older version)."""
@@ -729,11 +758,19 @@ class Journal:
         """The last finished run's results and rejects, if it had the same key (same input
         bytes, options and scorer) and its oldest answer is still fresh."""
         saved = (self._meta("last_run") or "").split(" ")
-        if len(saved) != 2 or saved[0] != key or float(saved[1]) < fresh_after:
+        if len(saved) not in (2, 3) or saved[0] != key or float(saved[1]) < fresh_after:
             return None
-        return pl.read_parquet(self.files / _LAST_RESULTS), pl.read_parquet(
-            self.files / _LAST_REJECTS
-        )
+        # Files gone or damaged: the run is answered from its batches' answers instead.
+        # (Kept by a version before 2026-11-24: no checksums; read if they decode.)
+        checksums = [int(saved[2][:8], 16), int(saved[2][8:], 16)] if len(saved) == 3 else []
+        try:
+            files = [(self.files / name).read_bytes() for name in (_LAST_RESULTS, _LAST_REJECTS)]
+            if checksums and [zlib.crc32(data) for data in files] != checksums:
+                return None
+            results, rejects = (pl.read_parquet(io.BytesIO(data)) for data in files)
+        except (OSError, pl.exceptions.PolarsError):
+            return None
+        return results, rejects
 
     def reset(self) -> None:
         """--fresh: forget every answer (charges already made stay in the ledger)."""
@@ -747,7 +784,37 @@ class Journal:
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     """Written completely (fsynced) under a temporary name, then renamed into place."""
     with atomic_path(path) as temporary:
-        frame.write_parquet(temporary, compression="lz4")  # several times faster than zstd
+        _write_parquet_file(frame, temporary)
+
+
+def _write_parquet_file(frame: pl.DataFrame, path: Path) -> None:
+    # To a path, not a buffer: polars writes a buffer through Python, holding the GIL.
+    frame.write_parquet(path, compression="lz4")  # several times faster than zstd
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as reading:
+        while chunk := reading.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+_CHECKSUM_IN_NAME = re.compile(r"\.([0-9a-f]{8})\.[a-z]+\.parquet$")
+
+
+def _intact(path: Path) -> bool:
+    """Whether a journal's batch file is as written: its bytes against the CRC-32 in its name
+    (see `Journal._write`), or, named without one (by a version before 2026-11-24), read whole
+    without an error."""
+    found = _CHECKSUM_IN_NAME.search(path.name)
+    try:
+        if found is None:
+            pl.read_parquet(path)
+            return True
+        return _crc32(path) == int(found[1], 16)
+    except (OSError, pl.exceptions.PolarsError):
+        return False
 
 
 def _safe(batch_key: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -903,6 +903,7 @@ def run_batch(
         if typed is not None:
             parquet = None
         written: list[Path] = []
+        kept: Future[str] | None = None  # the last run's files kept: their checksums
         try:
             with ThreadPoolExecutor(max_workers=1) as beside:
                 # The journal's files are written while the outputs are (polars writes release the
@@ -916,7 +917,8 @@ def run_batch(
                     verdicts = pl.DataFrame({"verdict": results["verdict"], "listing": listings})
                     saved.append(beside.submit(journal.save_verdicts, verdicts, previous))
                 if keeping is not None and parquet is None:
-                    saved.append(beside.submit(keeping.write_last_run, results, rejects))
+                    kept = beside.submit(keeping.write_last_run, results, rejects)
+                    saved.append(kept)
                 for output in options.outputs:
                     progress(f"writing {output.name}", 0, results.height, budget.spent)
                     write_output(
@@ -926,10 +928,10 @@ def run_batch(
                     written.append(output)
                     progress(f"writing {output.name}", results.height, results.height, budget.spent)
                     if keeping is not None and output == parquet:
-                        copy = beside.submit(
+                        kept = beside.submit(
                             keeping.write_last_run, results, rejects, written=output
                         )
-                        saved.append(copy)
+                        saved.append(kept)
                 for done in saved:
                     done.result()
         except (PipelineError, KeyboardInterrupt) as exc:
@@ -940,8 +942,12 @@ def run_batch(
             raise
         if keeping is not None:
             keeping.finish_run(freshness_days)
+        if keeping is not None and kept is not None:
             keeping.keep_last_run(
-                key, min(executor.oldest_reused, started.timestamp()), [duplicates, *prepared.notes]
+                key,
+                min(executor.oldest_reused, started.timestamp()),
+                [duplicates, *prepared.notes],
+                checksums=kept.result(),
             )
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
