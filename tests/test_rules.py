@@ -188,6 +188,24 @@ def test_a_name_twice_in_other_places_is_no_repeated_field():
     assert request.location.city == "type"
 
 
+@pytest.mark.parametrize(
+    "ignored",
+    [
+        '"meta": {"source": "crm", "price": 1, "price": 2}',  # a field's name, in an unknown object
+        '"notes": [{"type": "a", "type": "b"}]',
+        '"meta": {"property": {"price": 1, "price": 2}}',
+    ],
+)
+def test_a_field_name_repeated_inside_an_ignored_object_is_ignored_with_it(ignored):
+    # It was refused as the spec's field of that name given twice (property.price, 422).
+    request = parse_request(
+        '{"property": {"type": "villa", "price": 9, "area": 3, "extra": {"city": "a", "city": 1}},'
+        f' "location": {{"city": "Riyadh", "price": 1, "price": 2}}, "reasoning": false,'
+        f" {ignored}}}"
+    )
+    assert request.property.price == 9
+
+
 def test_the_first_broken_rule_in_body_order_is_reported():
     error = error_of(body(property__area=-1, location__lat=500))
     assert error.field == "property.area"

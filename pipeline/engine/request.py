@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import polars as pl
@@ -58,42 +59,54 @@ def _refuse_non_json_numbers(body: bytes | str) -> None:
             raise _invalid_json(f"NaN and Infinity are not JSON numbers ({exc})") from None
 
 
-# Each field of the request by its name in the body: "price" -> "property.price".
-_FIELD_PATHS = {
-    **{name: name for name in DecisionRequest.model_fields},
-    **{name: f"property.{name}" for name in Property.model_fields},
-    **{name: f"location.{name}" for name in Location.model_fields},
+# The fields of each object of the request, by their names there: "price" -> "property.price".
+_TOP_FIELDS = {name: name for name in DecisionRequest.model_fields}
+_FIELDS_IN = {
+    "property": {name: f"property.{name}" for name in Property.model_fields},
+    "location": {name: f"location.{name}" for name in Location.model_fields},
 }
-_QUOTED_NAMES = [f'"{name}"'.encode() for name in _FIELD_PATHS]
+_QUOTED_NAMES = [
+    f'"{name}"'.encode() for fields in (_TOP_FIELDS, *_FIELDS_IN.values()) for name in fields
+]
 
 
-class _Repeated(Exception):
-    pass
+class _Pairs(dict[str, Any]):
+    """A JSON object as parsed, with the names it was given more than once."""
+
+    repeated: frozenset[str] = frozenset()
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> _Pairs:
+    parsed = _Pairs(pairs)
+    if len(parsed) < len(pairs):
+        parsed.repeated = frozenset(name for name, count in Counter(n for n, _ in pairs).items()
+                                    if count > 1)  # fmt: skip
+    return parsed
 
 
 def _refuse_repeated_fields(body: bytes | str) -> None:
-    """RequestValidationError for a field given twice in one object (`"reasoning": false,
-    "reasoning": true`): JSON parsers keep the last, and which the caller meant is not known,
-    though it decides the cost. The full check runs only for a body that holds a field's name
-    twice, or an escape that could spell one, so as to cost nothing else."""
+    """RequestValidationError for a field of the spec given twice in its object (`"reasoning":
+    false, "reasoning": true`): JSON parsers keep the last, and which the caller meant is not
+    known, though it decides the cost. A name repeated in any other object (an unknown field's,
+    `"meta": {"price": 1, "price": 2}`) is ignored with the object. The full check runs only
+    for a body that holds a field's name twice, or an escape that could spell one, so as to cost
+    nothing else."""
     raw = body.encode() if isinstance(body, str) else body
     if b"\\u" not in raw and all(raw.count(quoted) < 2 for quoted in _QUOTED_NAMES):
         return
-
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        names = [name for name, _ in pairs]
-        for name in names:
-            if name in _FIELD_PATHS and names.count(name) > 1:
-                raise _Repeated(name)
-        return dict(pairs)
-
     try:
-        json.loads(raw, object_pairs_hook=unique)
-    except _Repeated as repeated:
-        path = _FIELD_PATHS[str(repeated)]
-        raise RequestValidationError(path, f"{path} is given twice: send it once") from None
+        request = json.loads(raw, object_pairs_hook=_object_pairs)
     except (ValueError, RecursionError):
         return  # not JSON: pydantic's parser says why
+    if not isinstance(request, _Pairs):
+        return
+    objects = [(request, _TOP_FIELDS)]
+    objects += [(request.get(name), fields) for name, fields in _FIELDS_IN.items()]
+    for parsed, fields in objects:
+        repeated = sorted(parsed.repeated & fields.keys()) if isinstance(parsed, _Pairs) else []
+        if repeated:
+            path = fields[repeated[0]]
+            raise RequestValidationError(path, f"{path} is given twice: send it once")
 
 
 def _translate(exc: ValidationError) -> RequestValidationError:
