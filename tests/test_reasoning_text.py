@@ -124,3 +124,18 @@ def test_a_price_at_the_median_is_said_to_be_at_it_not_0_percent_above(engine):
     above = explain(engine, "Riyadh", "Al Malqa", price=round(median * 150 * 1.2))
     assert "is 20% above the median of" in above["reasoning_en"]
     assert "أي أعلى بنسبة 20% من الوسيط البالغ" in above["reasoning_ar"]
+
+
+@pytest.mark.parametrize(
+    ("age", "said"),
+    [(1, "سنة واحدة"), (2, "سنتان"), (7, "7 سنوات"), (11, "11 سنة"), (100, "100 سنة"),
+     (103, "103 سنوات"), (110, "110 سنوات"), (111, "111 سنة"), (1000, "1000 سنة")],
+)  # fmt: skip
+def test_arabic_counts_past_a_hundred_take_the_noun_of_their_last_two_digits(engine, age, said):
+    # 103 was said with the singular (103 سنة), as 11 to 99 are; it counts as 3 does.
+    assert f"عمر المبنى {said}." in explain(engine, "Riyadh", age=age)["reasoning_ar"]
+
+
+def test_arabic_deed_counts_past_a_hundred_take_the_plural_where_three_to_ten_would(engine):
+    assert "(206 صفقات في 2024" in explain(engine, "ابها", "الزهور")["reasoning_ar"]
+    assert "(432 صفقة في 2024" in explain(engine, "Riyadh", "Al Malqa")["reasoning_ar"]

@@ -66,14 +66,21 @@ def _sar(value: float) -> str:
 
 
 def _years_ar(years: int) -> str:
-    """Arabic counted noun: 1 سنة واحدة, 2 سنتان, 3-10 سنوات, otherwise سنة."""
-    if years == 1:
-        return "سنة واحدة"
-    if years == 2:
-        return "سنتان"
-    if 3 <= years <= 10:
-        return f"{years} سنوات"
-    return f"{years} سنة"
+    return _counted_ar(years, "سنة واحدة", "سنتان", "سنوات", "سنة", grouped=False)
+
+
+def _counted_ar(
+    count: int, one: str, two: str, plural: str, singular: str, *, grouped: bool = True
+) -> str:
+    """An Arabic count and its noun: 1 and 2 in words (سنة واحدة, سنتان); the plural after a
+    number whose last two digits are 3 to 10 (5 سنوات, 103 سنوات, 1,206 صفقات); else the
+    singular (11 سنة, 100 سنة, 432 صفقة)."""
+    if count == 1:
+        return one
+    if count == 2:
+        return two
+    noun = plural if 3 <= count % 100 <= 10 else singular
+    return f"{count:,} {noun}" if grouped else f"{count} {noun}"
 
 
 def _pct_diff(value: float, reference: float) -> float:
@@ -213,7 +220,8 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     ar = (
         f"سعر المتر المطلوب {_sar(ppsqm)} ريال، أي {against_ar} "
         f"البالغ {_sar(median)} ريال للمتر لل{_TYPE_AR[kind][2:]} في {_place_ar(row)}، {band_ar}. "
-        f"وهذا الوسيط هو وسيط جميع الصفقات في المنطقة ({count:,} صفقة في {year}، "
+        f"وهذا الوسيط هو وسيط جميع الصفقات في المنطقة "
+        f"({_counted_ar(count, 'صفقة واحدة', 'صفقتان', 'صفقات', 'صفقة')} في {year}، "
         f"{_sar(all_deeds)} ريال للمتر) مضروباً في {factor:.3f}، وهو مستوى أسعار "
         f"{_sales_ar(kind)} مقارنة بجميع الصفقات {where_ar}."
     )
