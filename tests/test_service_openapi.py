@@ -53,6 +53,11 @@ def test_document_names_every_status_and_body(live: Service) -> None:
     assert error["properties"]["field"]["type"] == "string"  # absent when not said, not null
     assert error["properties"]["balance"]["type"] == "integer"
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    for scores in (schemas["DecisionResponse"], schemas["Bucket"]):  # the spec: 0 to 100
+        assert (
+            scores["properties"]["score"] | {"minimum": 0, "maximum": 100}
+            == scores["properties"]["score"]
+        )
     assert "/_bench/bare" not in document["paths"]
 
 

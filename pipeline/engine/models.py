@@ -104,7 +104,7 @@ class DecisionRequest(BaseModel):
 
 
 class Bucket(BaseModel):
-    score: float
+    score: float = Field(ge=0, le=100)
     status: BucketStatus
 
 
@@ -133,13 +133,13 @@ class Reasoning(BaseModel):
 
 class DecisionResponse(BaseModel):
     verdict: Verdict
-    score: float
+    score: float = Field(ge=0, le=100)
     breakdown: Breakdown
     price_per_sqm: float
     benchmark: Benchmark | None
     reasoning: Reasoning | None = None
-    decisions_used: int
-    decisions_remaining: int
+    decisions_used: int = Field(ge=0)
+    decisions_remaining: int = Field(ge=0)
 
     def body(self) -> dict[str, Any]:
         """The JSON body: `reasoning` absent (not null) when it was not asked for."""
