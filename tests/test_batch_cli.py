@@ -710,6 +710,10 @@ def test_rows_swallowed_by_a_stray_quote_are_warned_of_in_the_summary_and_the_dr
     assert main([*args, "--workspace", "acme", "--journal", journal]) == 0
     said = capsys.readouterr().out.splitlines()
     assert any(line.split() == [*label.split(), *warning.split()] for line in said)
+    assert main([*args, "--workspace", "acme", "--quiet"]) == 0  # cron: no summary, the warning
+    quiet = capsys.readouterr()
+    assert quiet.out == ""
+    assert quiet.err == f"decisions: warning: rows inside a quoted cell: {warning}\n"
 
     titled = tmp_path / "titled.csv"  # under a title, the row and column are the table's
     titled.write_text("Portfolio Q4 2026,,,,,\n" + source.read_text())

@@ -21,6 +21,7 @@ from pipeline.batch.journal import job_input
 from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import (
     EXPLANATIONS_NOT_AFFORDED,
+    WARNING,
     BatchOptions,
     BatchOutcome,
     Plan,
@@ -85,7 +86,8 @@ def add_score_command(commands: Any) -> None:
     score.add_argument(
         "--quiet",
         action="store_true",
-        help="no progress, no summary table (a run that leaves rows still says how to go on)",
+        help="no progress, no summary table (its warnings, and how to go on when rows are left,"
+        " are still said)",
     )
     score.add_argument("--json", action="store_true", help="print the summary as JSON")
     score.add_argument(
@@ -455,6 +457,11 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(manifest, ensure_ascii=False, indent=2))
     elif not args.quiet:
         print_summary(outcome, sys.argv)
+    if args.quiet:
+        # What the summary would have warned of (rows read as one cell): cron mails stderr.
+        for label, value in outcome.summary.notes:
+            if label.startswith(WARNING):
+                print(f"decisions: {label[0].lower()}{label[1:]}: {value}", file=sys.stderr)
     if (args.json or args.quiet) and rows_left(outcome):
         # Rows were left: even a quiet run (cron mails what it prints) says how to go on,
         # on stderr, as stdout is for the JSON.

@@ -67,6 +67,7 @@ ReasoningMode = Literal["none", "all", "borderline"]
 
 EXIT_OK, EXIT_FAILED, EXIT_UNSCORED = 0, 1, 3
 EXPLANATIONS_NOT_AFFORDED = "Explanations not afforded"  # a summary line
+WARNING = "Warning:"  # a summary line's label begins so: said even by a --quiet run
 # error_code of a borderline row scored but left without its explanation
 REASONING_SKIPPED, REASONING_FAILED = "reasoning_skipped", "reasoning_failed"
 # Said when rows of a remote run ended in doubt after this run's own sends: not in its spend.
@@ -243,7 +244,7 @@ def _rows_in_quoted_cells_note(read: ReadResult, table: pl.DataFrame) -> list[tu
         if cell.row > shift
     ]
     return (
-        [("Warning: rows inside a quoted cell", describe_rows_in_quoted_cells(cells))]
+        [(f"{WARNING} rows inside a quoted cell", describe_rows_in_quoted_cells(cells))]
         if cells
         else []
     )
