@@ -482,6 +482,24 @@ def test_compaction_keeps_every_fresh_answer(tmp_path, monkeypatch):
     assert job.results().drop("decisions_used").equals(first.drop("decisions_used"))
 
 
+def test_a_compacted_batch_whose_answers_are_lost_is_scored_again_free(tmp_path, monkeypatch):
+    # Its rows were paid under the keys of the batches folded into it; the ledger never saw
+    # the compacted batch's key, so it was taken for a batch never charged: all paid again.
+    from pipeline.batch import journal as journal_module
+
+    monkeypatch.setattr(journal_module, "COMPACT_AFTER_BATCHES", 0)
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv", "--budget", "100") == 3
+    assert job.score(SAMPLE / "portfolio.csv") == 0  # finishes, compacts
+    first = job.results()
+    (answers_file,) = results_folder(Path(job.journal)).glob("compacted-*.answers.parquet")
+    answers_file.unlink()
+    (results_folder(Path(job.journal)) / "last-run.results.parquet").unlink()
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.charged() == DISTINCT_VALID
+    assert job.results().drop("decisions_used").equals(first.drop("decisions_used"))
+
+
 def test_an_unchanged_file_is_answered_from_the_last_run_until_answers_go_stale(tmp_path):
     job = Job(tmp_path)
     assert job.score(SAMPLE / "portfolio.csv") == 0

@@ -45,6 +45,7 @@ from typing import Literal
 
 import polars as pl
 
+from pipeline.batch.scorers.base import COMPACTED_BATCH
 from pipeline.errors import UsageError
 from pipeline.io.atomic import atomic_path
 
@@ -699,7 +700,7 @@ class Journal:
         kept_rows = kept.select("fingerprint").join(
             latest_rows, on="fingerprint", how="inner", maintain_order="left"
         )
-        key = f"compacted-{uuid.uuid4().hex[:12]}"
+        key = f"{COMPACTED_BATCH}{uuid.uuid4().hex[:12]}"
         rows_file = self._write(kept_rows, f"{key}.rows.parquet")
         answers_file = self._write(kept, f"{key}.answers.parquet")
         now = time.time()

@@ -30,6 +30,9 @@ ProgressCallback = Callable[[int, int], None]  # (requests done so far, decision
 SKIPPED_BUDGET = "budget_exhausted"
 SKIPPED_BALANCE = "insufficient_decisions"
 LIST_SEPARATOR = "; "  # joins key_factors and risk_flags in flat files
+# The batch key of a journal's compacted batch: its rows were all paid, under the keys of the
+# batches folded into it, never under this one.
+COMPACTED_BATCH = "compacted-"
 
 
 def flat_list(items: Sequence[str]) -> str:

@@ -16,6 +16,7 @@ import polars_hash  # noqa: F401  (registers the .chash namespace)
 from pipeline.batch.budget import Budget
 from pipeline.batch.positions import scattered
 from pipeline.batch.scorers.base import (
+    COMPACTED_BATCH,
     OUTPUT_SCHEMA,
     SKIPPED_BALANCE,
     SKIPPED_BUDGET,
@@ -59,6 +60,8 @@ class LocalScorer:
         return self.ledger.workspace(self.workspace).balance
 
     def batch_charged(self, batch_key: str) -> bool | None:
+        if batch_key.startswith(COMPACTED_BATCH):  # paid, under the keys folded into it
+            return True
         return self.ledger.charged(self.workspace, batch_key)
 
     def benchmarks(self) -> BenchmarkTable | None:
@@ -79,6 +82,11 @@ class LocalScorer:
         return pl.concat(parts, how="vertical")
 
     def _score_group(self, batch_key: str, group: pl.DataFrame, budget: Budget) -> pl.DataFrame:
+        if batch_key.startswith(COMPACTED_BATCH):
+            # A compacted batch whose answers file was lost: every row of it was paid, under the
+            # key of the batch it came from (which the journal no longer holds). Score it again;
+            # charge nothing.
+            return _paid_before(self._evaluate(group))
         cost = int(group["cost"].sum())
         # A batch a killed run had charged replays that charge at no cost: it needs no budget.
         reserved = 0 if self.ledger.charged(self.workspace, batch_key) else cost
