@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import polars as pl
@@ -498,6 +499,30 @@ def test_a_compacted_batch_whose_answers_are_lost_is_scored_again_free(tmp_path,
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID
     assert job.results().drop("decisions_used").equals(first.drop("decisions_used"))
+
+
+@pytest.mark.parametrize("lost", ["deleted", "emptied", "wal removed"])
+def test_a_journal_database_that_lost_its_batches_takes_them_back_from_its_files(
+    tmp_path, capsys, lost
+):
+    # Rows sent and not answered went again under new keys, paid twice (QA round 27: kill -9,
+    # then the -wal file, which alone held the batches, removed or left behind by a move).
+    job = Job(tmp_path)
+    journal = Path(job.journal)
+    assert job.score(SAMPLE / "portfolio.csv", "--budget", "100") == 3
+    for answers in results_folder(journal).glob("*.answers.parquet"):
+        answers.unlink()  # as if killed before they were written: the 100 rows in doubt
+    if lost == "wal removed":  # the database file without the batches
+        with closing(sqlite3.connect(journal)) as db:
+            db.execute("DELETE FROM batches")
+            db.commit()
+    elif lost == "deleted":
+        journal.unlink()
+    else:
+        journal.write_bytes(b"")
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert "had lost its record of 1 batch (the file" in capsys.readouterr().err
+    assert job.charged() == DISTINCT_VALID  # the first 100 replayed, not paid again
 
 
 def test_an_unchanged_file_is_answered_from_the_last_run_until_answers_go_stale(tmp_path):

@@ -427,6 +427,15 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
             path = _remote_journal(candidates, args.workspace, owner)
             also_locked.enter_context(job_lock(path))
         journal = Journal(path, verdicts=history)
+        if journal.taken_back:
+            print(
+                f"decisions: warning: the run journal {path} had lost its record of "
+                f"{journal.taken_back} batch{'es' * (journal.taken_back != 1)} (the file "
+                "deleted or emptied, or its -wal file "
+                "removed after a crash); they were taken back from its files: their rows sent "
+                "and not answered go again under their keys, replayed, not paid again",
+                file=sys.stderr,
+            )
         _claim_journal(journal, args, remote, owner)
         outcome = run_batch(
             options,

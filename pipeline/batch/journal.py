@@ -214,6 +214,7 @@ class Journal:
             raise UsageError(f"cannot open the run journal {self.path}: {exc}") from exc
         if moving_in:
             self._move_in(legacy)
+        self.taken_back = 0 if moving_in else self._take_back_batches()
         self.journal_id = self._meta("journal_id") or self._set_meta("journal_id", uuid.uuid4().hex)
         # Answers files, and the next batch's rows file, are written by these threads while a
         # batch is scored (two: one alone kept the scoring loop waiting a third of a second per
@@ -222,6 +223,43 @@ class Journal:
         self._writer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="journal")
         self._recording: list[tuple[Future[str], str, float]] = []
         self._checked: dict[str, bool] = {}  # file name: intact (see _intact)
+
+    def _take_back_batches(self) -> int:
+        """Batches whose files are in the journal's folder but not in its database, put back;
+        how many. The database lost its record of them (deleted, emptied, or its -wal file
+        removed after a crash): the rows sent would go again under new keys, paid twice.
+        Each comes back as sent, with its latest answers file: rows answered are done, the
+        others in doubt, resent under their keys and replayed, not paid again (a rows file
+        written ahead for a batch that never left: embedded, the ledger says it was never
+        charged, and it is new work)."""
+        known = {
+            name
+            for names in self._db.execute("SELECT rows_file, answers_file FROM batches")
+            for name in names
+            if name is not None
+        }
+        known_batches = {key for (key,) in self._db.execute("SELECT batch_key FROM batches")}
+        latest: dict[tuple[str, str], Path] = {}  # (batch key, kind): its newest file
+        for path in sorted(self.files.glob("*.parquet"), key=_written_at):
+            kind = path.name.rsplit(".", 2)[-2]
+            key = _batch_key_of(path.name)
+            if kind in ("rows", "answers") and path.name not in known and key not in known_batches:
+                latest[key, kind] = path
+        taken = [(key, path) for (key, kind), path in latest.items() if kind == "rows"]
+        for batch_key, rows_path in taken:
+            answers_path = latest.get((batch_key, "answers"))
+            try:
+                rows = pl.scan_parquet(rows_path).select(pl.len()).collect().item()
+            except (OSError, pl.exceptions.PolarsError):
+                rows = 0  # damaged: `states` says so, naming it
+            written = _written_at(rows_path)
+            self._db.execute(
+                "INSERT INTO batches (batch_key, state, rows_file, answers_file, rows, created_at,"
+                " updated_at) VALUES (?, 'sent', ?, ?, ?, ?, ?)",
+                (batch_key, rows_path.name, answers_path and answers_path.name, rows, written,
+                 written),
+            )  # fmt: skip
+        return len(taken)
 
     def _move_in(self, legacy: Path) -> None:
         """A journal of an earlier version: copy the files of its batches from the folder it
@@ -585,9 +623,14 @@ class Journal:
         )
 
     def forget_batch(self, batch_key: str) -> None:
-        """A batch known never to have been charged: its rows count as never sent."""
+        """A batch known never to have been charged: its rows count as never sent. Its files
+        go too (left, they would be taken back as a batch the database lost)."""
         self.flush()
+        files = self._batch_files(batch_key)
         self._db.execute("DELETE FROM batches WHERE batch_key = ?", (batch_key,))
+        for name in files or ():
+            if name is not None:
+                (self.files / name).unlink(missing_ok=True)
 
     def _batch_files(self, batch_key: str) -> tuple[str | None, str | None] | None:
         """(rows file, answers file) of a batch the journal holds, or None; an answers file
@@ -820,6 +863,16 @@ def _intact(path: Path) -> bool:
         return _crc32(path) == int(found[1], 16)
     except (OSError, pl.exceptions.PolarsError):
         return False
+
+
+def _batch_key_of(name: str) -> str:
+    """The batch key of a batch file's name (see `write_rows`, `record`, `compact`)."""
+    stem = name.split(".", 1)[0]
+    return stem if stem.startswith(COMPACTED_BATCH) else stem.rsplit("-", 1)[0]
+
+
+def _written_at(path: Path) -> float:
+    return path.stat().st_mtime
 
 
 def _safe(batch_key: str) -> str:
