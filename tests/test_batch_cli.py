@@ -986,6 +986,82 @@ def test_a_last_run_changed_on_disk_is_answered_from_the_journal_instead(tmp_pat
     assert balance(db) == 5000 - DISTINCT_VALID
 
 
+def test_a_last_run_copy_that_cannot_be_kept_is_warned_of_and_costs_the_run_nothing(
+    tmp_path, db, capsys
+):
+    # It stopped the run, exit 1 with a traceback, after every output was written (QA 27).
+    journal = tmp_path / "job.journal"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    copy = results_folder(journal) / "last-run.results.parquet"
+    copy.unlink()
+    copy.mkdir()  # cannot be written there: as a full disk, but at this file only
+    capsys.readouterr()
+    assert main(args) == 0
+    said = capsys.readouterr().err
+    assert said.startswith("decisions: warning: the journal's copy of this run was not kept: ")
+    assert said.rstrip().endswith("a rerun of the unchanged file is answered from the journal's"
+                                  " answers, free")  # fmt: skip
+    assert len(pl.read_csv(tmp_path / "out.csv", infer_schema=False)) == PORTFOLIO_ROWS
+    assert balance(db) == 5000 - DISTINCT_VALID
+
+
+def test_a_journal_file_that_cannot_be_written_stops_the_run_saying_what_is_kept(
+    tmp_path, db, capsys, monkeypatch
+):
+    # A full disk under the journal: polars' ComputeError came out as a traceback (QA 27).
+    import errno
+
+    from pipeline.batch import journal as journal_module
+
+    settings = tmp_path / "settings.toml"
+    settings.write_text(
+        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n[batch]\nchunk_rows = 50\n'
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    written = []
+    crc32 = journal_module._crc32
+
+    def full_disk_after_four_files(path: Path) -> int:
+        written.append(path)
+        if len(written) > 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return crc32(path)
+
+    monkeypatch.setattr(journal_module, "_crc32", full_disk_after_four_files)
+    journal = tmp_path / "job.journal"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    assert main(args) == 1
+    said = capsys.readouterr().err
+    assert said.startswith("decisions: error: cannot write the run journal's file ")
+    assert "(No space left on device). What was paid is kept" in said
+    assert 0 < 5000 - balance(db) < DISTINCT_VALID
+    monkeypatch.setattr(journal_module, "_crc32", crc32)  # space freed
+    assert main(args) == 0
+    assert balance(db) == 5000 - DISTINCT_VALID
+
+
+def test_a_damaged_journal_database_is_said_not_a_traceback(tmp_path, db, capsys):
+    journal = tmp_path / "job.journal"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    assert main([*args, "--budget", "100"]) == 3
+    data = bytearray(journal.read_bytes())
+    data[4096:8192] = bytes(4096)  # its second page zeroed
+    journal.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(args) == 1
+    said = capsys.readouterr().err
+    assert said.startswith("decisions: error: a database failed (")
+    assert "What was paid is kept: if the run journal is damaged, move the journal file" in said
+    assert balance(db) == 5000 - 100
+    journal.rename(tmp_path / "damaged.journal")  # as the message says
+    assert main(args) == 0
+    assert balance(db) == 5000 - DISTINCT_VALID  # the first 100 not paid again
+
+
 def test_a_lost_rows_file_stops_the_run_saying_what_is_lost(tmp_path, db, capsys):
     journal = tmp_path / "lost.journal"
     args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,

@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Iterator
@@ -169,6 +170,8 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
                 return _score(args, settings)
             except KeyboardInterrupt as stop:
                 raise _interrupted(stop) from None
+            except sqlite3.Error as exc:  # a full disk, a damaged file: said, not a traceback
+                raise _database_failed(exc) from exc
     except PipelineError as exc:
         if args.manifest is not None:
             _record_failure(args, settings, exc, started)
@@ -176,6 +179,23 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(_failure_record(args, settings, exc, started), ensure_ascii=False,
                              indent=2))  # fmt: skip
         raise
+
+
+def _database_failed(exc: sqlite3.Error) -> PipelineError:
+    """The ledger's or the run journal's SQLite failing (which one, sqlite3 does not say)."""
+    if isinstance(exc, sqlite3.OperationalError):  # a full disk, a file made read-only
+        fix = "fix this (a full disk?) and run the same command again"
+    else:
+        fix = (
+            "if the run journal is damaged, move the journal file away, keeping its .files "
+            "folder, and run the same command again (its batches are taken back from the "
+            "files); if the ledger is, restore it from a backup"
+        )
+    return PipelineError(
+        f"a database failed ({exc}): the ledger (--db) or the run journal. What was paid is "
+        f"kept: {fix}; rows sent and not recorded go again under their keys, replayed, not "
+        "paid again"
+    )
 
 
 def _interrupted(stop: KeyboardInterrupt) -> Interrupted:

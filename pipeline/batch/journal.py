@@ -46,7 +46,7 @@ from typing import Literal
 import polars as pl
 
 from pipeline.batch.scorers.base import COMPACTED_BATCH
-from pipeline.errors import UsageError
+from pipeline.errors import OutputError, PipelineError, UsageError
 from pipeline.io.atomic import atomic_path
 
 _SCHEMA = """
@@ -322,8 +322,8 @@ class Journal:
         self, frame: pl.DataFrame, name: str, *, compression: Literal["lz4", "uncompressed"] = "lz4"
     ) -> int:
         """`frame` written completely (fsynced) as the file `name`; the CRC-32 of its bytes.
-        (lz4: several times faster than zstd.)"""
-        with atomic_path(self.files / name) as temporary:
+        (lz4: several times faster than zstd.) JournalError if it cannot be."""
+        with _writing_journal(self.files / name), atomic_path(self.files / name) as temporary:
             frame.write_parquet(temporary, compression=compression)
             return _crc32(temporary)
 
@@ -331,6 +331,7 @@ class Journal:
         """`_put` for a file that exists already: copied, fsynced, renamed into place."""
         crc = 0
         with (
+            _writing_journal(self.files / name),
             atomic_path(self.files / name) as temporary,
             open(source, "rb") as reading,
             open(temporary, "wb") as writing,
@@ -863,6 +864,27 @@ def _intact(path: Path) -> bool:
         return _crc32(path) == int(found[1], 16)
     except (OSError, pl.exceptions.PolarsError):
         return False
+
+
+class JournalError(PipelineError):
+    """A journal file that cannot be written (a full disk, a folder made read-only)."""
+
+
+@contextmanager
+def _writing_journal(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except (OSError, OutputError, pl.exceptions.PolarsError) as exc:
+        cause = exc.__cause__ if isinstance(exc, OutputError) else exc
+        if isinstance(cause, OSError):
+            reason = cause.strerror or str(cause)
+        else:  # polars says "...: underlying IO error: No space left on device (os error 28)"
+            reason = re.sub(r" \(os error \d+\)$", "", str(cause).rsplit("IO error: ", 1)[-1])
+        raise JournalError(
+            f"cannot write the run journal's file {path} ({reason}). What was paid is kept: "
+            "fix this (free some space on that disk) and run the same command again; rows "
+            "sent and not recorded go again under their keys, replayed, not paid again"
+        ) from exc
 
 
 def _batch_key_of(name: str) -> str:

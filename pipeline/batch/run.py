@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import polars as pl
 
@@ -678,6 +678,27 @@ def _typed_input(options: BatchOptions) -> pl.DataFrame | None:
     return typed_input(options.input)
 
 
+VERDICTS_NOT_KEPT = (
+    f"{WARNING} this run's verdicts were not kept",
+    "the next run lists no verdicts changed since this one",
+)
+RUN_NOT_KEPT = (
+    f"{WARNING} the journal's copy of this run was not kept",
+    "a rerun of the unchanged file is answered from the journal's answers, free",
+)
+
+
+def _not_kept(saved: Future[Any] | None, said: tuple[str, str]) -> list[tuple[str, object]]:
+    """A summary note if the journal's file of `saved` could not be written, with why."""
+    failure = None if saved is None else saved.exception()
+    if failure is None:
+        return []
+    if not isinstance(failure, OSError | PipelineError | pl.exceptions.PolarsError):
+        raise failure
+    label, consequence = said
+    return [(label, f"{failure}; {consequence}")]
+
+
 def _unexplained(results: pl.DataFrame) -> bool:
     """Rows left without their borderline explanation: a last run kept as finished before
     that made a run exit 3 (up to 640bbde) is not finished, and is run again."""
@@ -905,21 +926,20 @@ def run_batch(
             parquet = None
         written: list[Path] = []
         kept: Future[str] | None = None  # the last run's files kept: their checksums
+        verdicts_kept: Future[None] | None = None
         try:
             with ThreadPoolExecutor(max_workers=1) as beside:
                 # The journal's files are written while the outputs are (polars writes release the
                 # GIL): this run's verdicts, and a copy of the output a rerun of an unchanged file
                 # answers from.
-                saved = []
                 if journal is not None:
                     # Taken, not selected: an eager select on `results` (input columns in the
                     # reader's chunks, ours in one) first copies every column into aligned
                     # chunks, 0.1-0.3 s a million rows.
                     verdicts = pl.DataFrame({"verdict": results["verdict"], "listing": listings})
-                    saved.append(beside.submit(journal.save_verdicts, verdicts, previous))
+                    verdicts_kept = beside.submit(journal.save_verdicts, verdicts, previous)
                 if keeping is not None and parquet is None:
                     kept = beside.submit(keeping.write_last_run, results, rejects)
-                    saved.append(kept)
                 for output in options.outputs:
                     progress(f"writing {output.name}", 0, results.height, budget.spent)
                     write_output(
@@ -932,23 +952,26 @@ def run_batch(
                         kept = beside.submit(
                             keeping.write_last_run, results, rejects, written=output
                         )
-                        saved.append(kept)
-                for done in saved:
-                    done.result()
         except (PipelineError, KeyboardInterrupt) as exc:
             # Charged by then: the caller's record of the failure (or of the stop) says what was
             # paid, and what was written.
             exc.outcome = BatchOutcome(summary, results, rejects, written, changes)  # type: ignore[union-attr]
             exc.scorer_version = scorer.version  # type: ignore[union-attr]
             raise
-        if keeping is not None:
-            keeping.finish_run(freshness_days)
-        if keeping is not None and kept is not None:
+        # The journal's copies serve the next run only: one not kept (a full disk under the
+        # journal) is said, and costs the run nothing (its outputs are written).
+        not_kept = _not_kept(verdicts_kept, VERDICTS_NOT_KEPT) + _not_kept(kept, RUN_NOT_KEPT)
+        if not_kept:
+            summary = replace(summary, notes=[*summary.notes, *not_kept])
+        if keeping is not None and kept is not None and kept.exception() is None:
+            # before the run is closed: a run stopped between the two is answered from its copy
             keeping.keep_last_run(
                 key,
                 min(executor.oldest_reused, started.timestamp()),
                 [duplicates, *prepared.notes],
                 checksums=kept.result(),
             )
+        if keeping is not None:
+            keeping.finish_run(freshness_days)
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
