@@ -1062,6 +1062,27 @@ def test_a_damaged_journal_database_is_said_not_a_traceback(tmp_path, db, capsys
     assert balance(db) == 5000 - DISTINCT_VALID  # the first 100 not paid again
 
 
+def test_an_output_that_cannot_be_written_after_paying_says_the_rerun_pays_nothing_twice(
+    tmp_path, db, capsys, monkeypatch
+):
+    import errno
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    journal = str(tmp_path / "job.journal")
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", journal, "--quiet"]  # fmt: skip
+    with monkeypatch.context() as disk:
+        disk.setattr(pl.DataFrame, "write_csv", full_disk)
+        assert main(args) == 1
+    said = capsys.readouterr().err
+    assert "out.csv: cannot write the output (No space left on device)" in said
+    assert "What was paid is kept in the run journal: fix this and run the same command" in said
+    assert main(args) == 0
+    assert balance(db) == 5000 - DISTINCT_VALID
+
+
 def test_a_lost_rows_file_stops_the_run_saying_what_is_lost(tmp_path, db, capsys):
     journal = tmp_path / "lost.journal"
     args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,

@@ -56,7 +56,13 @@ from pipeline.batch.summary import RunSummary
 from pipeline.batch.unmatched_places import unmatched_places
 from pipeline.batch.validate import reject_reasons
 from pipeline.engine.schema import REQUEST_SCHEMA
-from pipeline.errors import MissingColumnError, PipelineError, UnknownHeaderError, UsageError
+from pipeline.errors import (
+    MissingColumnError,
+    OutputError,
+    PipelineError,
+    UnknownHeaderError,
+    UsageError,
+)
 from pipeline.io.csv_reader import describe_rows_in_quoted_cells
 from pipeline.io.parquet_types import typed_input
 from pipeline.io.read import ReadResult, check_input, read_table_with_info
@@ -955,9 +961,17 @@ def run_batch(
         except (PipelineError, KeyboardInterrupt) as exc:
             # Charged by then: the caller's record of the failure (or of the stop) says what was
             # paid, and what was written.
-            exc.outcome = BatchOutcome(summary, results, rejects, written, changes)  # type: ignore[union-attr]
-            exc.scorer_version = scorer.version  # type: ignore[union-attr]
-            raise
+            failure = exc
+            if isinstance(exc, OutputError) and journal is not None:
+                failure = OutputError(
+                    f"{exc}. What was paid is kept in the run journal: fix this and run the "
+                    "same command again, which pays nothing twice"
+                )
+            failure.outcome = BatchOutcome(summary, results, rejects, written, changes)  # type: ignore[union-attr]
+            failure.scorer_version = scorer.version  # type: ignore[union-attr]
+            if failure is exc:
+                raise
+            raise failure from exc
         # The journal's copies serve the next run only: one not kept (a full disk under the
         # journal) is said, and costs the run nothing (its outputs are written).
         not_kept = _not_kept(verdicts_kept, VERDICTS_NOT_KEPT) + _not_kept(kept, RUN_NOT_KEPT)
