@@ -1083,6 +1083,24 @@ def test_an_output_that_cannot_be_written_after_paying_says_the_rerun_pays_nothi
     assert balance(db) == 5000 - DISTINCT_VALID
 
 
+@pytest.mark.parametrize("odd", ["the lock a folder", "the journal's folder a file"])
+def test_a_journal_path_that_cannot_be_used_is_refused_naming_it(tmp_path, db, capsys, odd):
+    # Tracebacks before (IsADirectoryError, FileExistsError), found by QA round 27.
+    if odd == "the lock a folder":
+        (tmp_path / "job.lock").mkdir()
+        journal = tmp_path / "job.journal"
+    else:
+        (tmp_path / "jobs").write_text("")
+        journal = tmp_path / "jobs" / "job.journal"
+    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    assert main(args) == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"decisions: error: {journal}: cannot lock this job's journal at ")
+    assert said.rstrip().endswith("give --journal a path in a folder this run can write")
+    assert balance(db) == 5000
+
+
 def test_a_lost_rows_file_stops_the_run_saying_what_is_lost(tmp_path, db, capsys):
     journal = tmp_path / "lost.journal"
     args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,

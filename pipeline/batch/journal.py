@@ -204,7 +204,13 @@ class Journal:
         legacy = _legacy_folder(self.path)
         moving_in = not self.files.exists() and self.path.exists() and legacy.is_dir()
         if not moving_in:
-            self.files.mkdir(parents=True, exist_ok=True)
+            try:
+                self.files.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot make the run journal's folder {self.files} ({exc.strerror}); "
+                    "give --journal a path in a folder this run can write"
+                ) from None
         try:
             self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -905,8 +911,15 @@ def _safe(batch_key: str) -> str:
 def job_lock(journal_file: Path) -> Iterator[None]:
     """One run of a job at a time: a second run (a slow nightly, a double cron) stops at once."""
     lock_path = lock_file(journal_file)
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("a+") as handle:
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock_path.open("a+")
+    except OSError as exc:  # a folder of that name, a file where a folder should be
+        raise UsageError(
+            f"{journal_file}: cannot lock this job's journal at {lock_path} ({exc.strerror}); "
+            "give --journal a path in a folder this run can write"
+        ) from None
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
