@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing, contextmanager, nullcontext, suppress
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import polars as pl
 
@@ -186,6 +186,15 @@ def lock_file(journal: Path) -> Path:
     if journal.suffix == ".journal":
         return journal.with_suffix(".lock")
     return journal.with_name(journal.name + ".lock")
+
+
+class LastRun(NamedTuple):
+    """A finished run kept to answer again (see `Journal.finish_run`)."""
+
+    key: str  # the input's bytes, the options and the scorer
+    oldest_answer: float  # when its oldest answer was scored
+    notes: list[tuple[str, object]]  # what its summary said of how the file was read
+    checksums: str  # of its files, as `write_last_run` gave them
 
 
 class Journal:
@@ -407,11 +416,22 @@ class Journal:
     def start_run(self, input_fingerprint: str) -> None:
         self._set_meta("open_run", input_fingerprint)
 
-    def finish_run(self, freshness_days: float) -> None:
-        """Close the run; past COMPACT_AFTER_BATCHES, fold the batches into one file."""
+    def finish_run(self, freshness_days: float, *, keep: LastRun | None = None) -> None:
+        """Close the run; past COMPACT_AFTER_BATCHES, fold the batches into one file first.
+        `keep`: the run written by `write_last_run`, answered again for its key from now on,
+        in the transaction that closes the run (a run stopped before it is resumed, its output
+        the uninterrupted one; after it, finished)."""
         if len(self._batches()) > COMPACT_AFTER_BATCHES:
             self.compact(freshness_days)
-        self._db.execute("DELETE FROM meta WHERE name = 'open_run'")
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if keep is not None:
+                self._keep_last_run(keep)
+            self._db.execute("DELETE FROM meta WHERE name = 'open_run'")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -776,14 +796,14 @@ class Journal:
 
     def forget_last_run(self) -> None:
         """Before a run's output files are rewritten: no run is answered again until
-        `keep_last_run` names the new ones."""
+        `finish_run` keeps the new ones."""
         self._db.execute("DELETE FROM meta WHERE name = 'last_run'")
 
     def write_last_run(
         self, results: pl.DataFrame, rejects: pl.DataFrame, *, written: Path | None = None
     ) -> str:
         """The complete output of a run, to answer again while nothing changes; the files'
-        checksums, for `keep_last_run`. Touches files only, no database, so it can run in a
+        checksums, for `finish_run`. Touches files only, no database, so it can run in a
         thread beside the output writers.
 
         `written`: a Parquet file that already holds exactly `results` (the run's Parquet
@@ -796,19 +816,9 @@ class Journal:
         rejects_crc = self._put(rejects, _LAST_REJECTS)
         return f"{results_crc:08x}{rejects_crc:08x}"
 
-    def keep_last_run(
-        self,
-        key: str,
-        oldest_answer: float,
-        notes: list[tuple[str, object]] | None = None,
-        *,
-        checksums: str,
-    ) -> None:
-        """The run written by `write_last_run` (which gave its files' `checksums`) finished:
-        answer it again for `key`. `notes`: what its summary said of how the file was read,
-        to say again."""
-        self._set_meta("last_run_notes", json.dumps(notes or [], ensure_ascii=False))
-        self._set_meta("last_run", f"{key} {oldest_answer!r} {checksums}")
+    def _keep_last_run(self, keep: LastRun) -> None:
+        self._set_meta("last_run_notes", json.dumps(keep.notes, ensure_ascii=False))
+        self._set_meta("last_run", f"{keep.key} {keep.oldest_answer!r} {keep.checksums}")
 
     def last_run_notes(self) -> list[tuple[str, object]]:
         """The `notes` kept with the last run (none for a run kept by an older version)."""

@@ -40,7 +40,7 @@ from pipeline.batch.execute import (
 )
 from pipeline.batch.fingerprint import request_fingerprints
 from pipeline.batch.header_row import header_below_title
-from pipeline.batch.journal import Journal
+from pipeline.batch.journal import Journal, LastRun
 from pipeline.batch.normalize import normalize, normalize_column
 from pipeline.batch.notes_below import notes_below
 from pipeline.batch.positions import scattered
@@ -977,15 +977,12 @@ def run_batch(
         not_kept = _not_kept(verdicts_kept, VERDICTS_NOT_KEPT) + _not_kept(kept, RUN_NOT_KEPT)
         if not_kept:
             summary = replace(summary, notes=[*summary.notes, *not_kept])
-        if keeping is not None and kept is not None and kept.exception() is None:
-            # before the run is closed: a run stopped between the two is answered from its copy
-            keeping.keep_last_run(
-                key,
-                min(executor.oldest_reused, started.timestamp()),
-                [duplicates, *prepared.notes],
-                checksums=kept.result(),
-            )
         if keeping is not None:
-            keeping.finish_run(freshness_days)
+            last_run = None
+            if kept is not None and kept.exception() is None:
+                oldest = min(executor.oldest_reused, started.timestamp())
+                notes = [duplicates, *prepared.notes]
+                last_run = LastRun(key, oldest, notes, checksums=kept.result())
+            keeping.finish_run(freshness_days, keep=last_run)
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
