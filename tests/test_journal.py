@@ -1098,7 +1098,10 @@ def test_a_journal_paid_from_one_ledger_is_refused_by_another(tmp_path, capsys):
     command = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(job.out), "--db", str(other),
                "--workspace", "acme", "--journal", job.journal, "--quiet"]  # fmt: skip
     assert main(command) == 2  # ...read as never charged there, and be paid twice back here
-    assert "this job's answers were paid by workspace 'acme in" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    ledger = Path(job.db).resolve()
+    assert f"paid by workspace 'acme' of the ledger {ledger}, and this run's ledger is " in said
+    assert "If it is the same ledger, moved (a new disk, a restore), move it back" in said
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID
 

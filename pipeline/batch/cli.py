@@ -343,6 +343,7 @@ def _claim_journal(
         _check_unplaced_key(journal, args.workspace)
         payer = args.workspace
     paid = journal.paid_by()[0]
+    _check_same_ledger(journal, paid, payer)
     if args.fresh and paid is not None and paid != payer:
         # Another workspace's job (or another ledger's): --fresh would forget what it paid for
         # (its next run paying it all again), and hand the job to this one.
@@ -375,6 +376,21 @@ def _claim_journal(
                 record=record,
                 host=remote.address,
             )
+
+
+def _check_same_ledger(journal: Journal, paid: str | None, payer: str | None) -> None:
+    """UsageError for a job paid by this workspace of a ledger at another path: the same
+    ledger moved (a new disk, a restore), or another one; which, the path cannot tell."""
+    if paid is None or payer is None or paid == payer or " in " not in paid + payer:
+        return
+    (workspace, _, ledger), (now, _, this_ledger) = paid.partition(" in "), payer.partition(" in ")
+    if workspace == now and ledger and this_ledger:
+        raise UsageError(
+            f"{journal.path}: this job's answers were paid by workspace {workspace!r} of the "
+            f"ledger {ledger}, and this run's ledger is {this_ledger}. If it is the same "
+            "ledger, moved (a new disk, a restore), move it back to that path to go on with "
+            "this job; another --journal, or --fresh, would pay for every row again"
+        )
 
 
 def _score(args: argparse.Namespace, settings: Settings) -> int:
