@@ -338,6 +338,15 @@ class BenchmarkTable:
         """The tables reshaped for `attach_benchmarks`, built on first use and kept."""
         return _build_lookups(self.benchmarks, self.market_averages, self.type_factors)
 
+    @cached_property
+    def city_trends(self) -> dict[str, float]:
+        """Each city's own yoy_pct, by city key (a district row without one of its own
+        carries its city's: see sample_data/BENCHMARKS.md)."""
+        cities = self.benchmarks.filter(
+            (pl.col("level") == "city") & pl.col("yoy_pct").is_not_null()
+        )
+        return dict(zip(cities["city_key"].to_list(), cities["yoy_pct"].to_list(), strict=True))
+
     @classmethod
     def default(cls) -> BenchmarkTable:
         """The tables committed under `sample_data/` (loaded once per process)."""

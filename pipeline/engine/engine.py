@@ -34,7 +34,7 @@ class Engine:
         """`benchmarks`: the tables, or the path of benchmarks.csv to load them from when first
         needed (a rerun answered from the journal never needs them)."""
         self._benchmarks = benchmarks
-        self.reasoner: Reasoner = reasoner or TemplateReasoner()
+        self.reasoner: Reasoner = reasoner or TemplateReasoner(lambda: self.benchmarks.city_trends)
         # `evaluate` is pure computation in microseconds (formulas, dict look-ups, templates):
         # the service may run it on its event loop. A reasoner that calls out (a language
         # model) makes it slow, and the service then runs it in a worker thread.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -183,7 +183,9 @@ def risk_flags(row: Mapping[str, Any]) -> list[str]:
     return flags
 
 
-def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def _benchmark_sentences(
+    row: Mapping[str, Any], city_yoy: float | None = None
+) -> tuple[list[str], list[str]]:
     ppsqm = row["price_per_sqm"]
     if row.get("benchmark_level") is None:
         return (
@@ -230,8 +232,13 @@ def _benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     if yoy is not None:
         trend_en = "rose" if yoy >= 0 else "fell"
         trend_ar = "ارتفعت" if yoy >= 0 else "انخفضت"
-        sentences_en.append(f"Prices in the area {trend_en} {abs(yoy):.1f}% year over year.")
-        sentences_ar.append(f"{trend_ar} الأسعار في المنطقة بنسبة {abs(yoy):.1f}% خلال عام.")
+        # A district's trend that is its city's figure (none published for the district, or
+        # the same) is said to be the city's, not the area's.
+        citywide = row.get("benchmark_level") == "district" and yoy == city_yoy
+        where_en = _city_en(row) if citywide else "the area"
+        where_ar = _city_ar(row) if citywide else "المنطقة"
+        sentences_en.append(f"Prices in {where_en} {trend_en} {abs(yoy):.1f}% year over year.")
+        sentences_ar.append(f"{trend_ar} الأسعار في {where_ar} بنسبة {abs(yoy):.1f}% خلال عام.")
     return sentences_en, sentences_ar
 
 
@@ -326,7 +333,13 @@ def _key_factors(row: Mapping[str, Any]) -> list[str]:
 
 
 class TemplateReasoner:
-    """The default reasoner: sentences filled in from the figures of the row."""
+    """The default reasoner: sentences filled in from the figures of the row.
+
+    `city_trends`: each city's own price change (`BenchmarkTable.city_trends`), to say whose
+    figure a district's trend is when it is its city's."""
+
+    def __init__(self, city_trends: Callable[[], Mapping[str, float]] | None = None) -> None:
+        self._city_trends = city_trends
 
     def explain(self, rows: Sequence[Mapping[str, Any]]) -> list[Explanation]:
         return [self._explain(row) for row in rows]
@@ -335,7 +348,12 @@ class TemplateReasoner:
         verdict, score = row["verdict"], row["score"]
         head_en = f"Verdict: {verdict.replace('_', ' ')} (score {score}/100)."
         head_ar = f"الحكم: {_VERDICT_AR[verdict]} (النتيجة {score} من 100)."
-        parts = [_benchmark_sentences(row), _market_average_sentences(row), _detail_sentences(row)]
+        trends = self._city_trends() if self._city_trends is not None else {}
+        parts = [
+            _benchmark_sentences(row, trends.get(row.get("city_key") or "")),
+            _market_average_sentences(row),
+            _detail_sentences(row),
+        ]
         flags = risk_flags(row)
         en = [head_en] + [s for p in parts for s in p[0]]
         ar = [head_ar] + [s for p in parts for s in p[1]]
