@@ -149,3 +149,12 @@ def test_a_district_trend_that_is_its_citys_figure_is_said_to_be_the_citys(engin
     assert "ارتفعت الأسعار في الرياض بنسبة 11.7% خلال عام." in borrowed["reasoning_ar"]
     own = explain(engine, "Riyadh", "Al Malqa")["reasoning_en"]  # its own figure
     assert "Prices in the area rose 10.1% year over year." in own
+
+
+@pytest.mark.parametrize(
+    "written", ["Al Malqa, Riyadh", "Riyadh - al malqa", "Al Malqa (North Riyadh)"]
+)
+def test_a_district_written_with_its_city_names_the_city_once(engine, written):
+    # "in Al Malqa, Riyadh, Riyadh" (found by the spec audit).
+    reasoning = explain(engine, "Riyadh", written)["reasoning_en"]
+    assert "for an apartment in Al Malqa, Riyadh, at" in reasoning

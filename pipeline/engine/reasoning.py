@@ -120,12 +120,20 @@ def _place(row: Mapping[str, Any]) -> str:
     if not (row.get("district") and row.get("benchmark_level") == "district"):
         return city
     district_key = row.get("district_key")
-    district = _in_english(row.get("district"), english_name(row.get("city_key"), district_key))
+    english = english_name(row.get("city_key"), district_key)
+    district = _in_english(row.get("district"), english)
+    if english is not None and _names_city(district, _as_written(row.get("city"))):
+        district = english  # written with its city ("Al Malqa, Riyadh"): said once
     return f"{district}, {city}"
 
 
 def _city_en(row: Mapping[str, Any]) -> str:
     return _in_english(row.get("city"), english_name(row.get("city_key")))
+
+
+def _names_city(district: str, city: str) -> bool:
+    """Whether a district as written names its city too, as a word of its own."""
+    return bool(city) and re.search(rf"(?<!\w){re.escape(city)}(?!\w)", district, re.I) is not None
 
 
 def _in_english(written: str | None, english: str | None) -> str:
