@@ -158,3 +158,10 @@ def test_a_district_written_with_its_city_names_the_city_once(engine, written):
     # "in Al Malqa, Riyadh, Riyadh" (found by the spec audit).
     reasoning = explain(engine, "Riyadh", written)["reasoning_en"]
     assert "for an apartment in Al Malqa, Riyadh, at" in reasoning
+
+
+def test_a_city_without_a_benchmark_written_with_the_word_city_is_not_given_it_twice(engine):
+    # "لمدينة مدينة لا تعرف" (found by the spec audit).
+    text = explain(engine, "مدينة   لا تعرف")["reasoning_ar"]
+    assert "لا يوجد مؤشر رسمي لمدينة لا تعرف،" in text
+    assert "لا يوجد مؤشر رسمي لمدينة تبوكية،" in explain(engine, "تبوكية")["reasoning_ar"]

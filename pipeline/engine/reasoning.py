@@ -141,6 +141,12 @@ def _in_english(written: str | None, english: str | None) -> str:
     return english if english is not None and not text.isascii() else text
 
 
+def _city_word_ar(city: str) -> str:
+    """'مدينة X', unless the name as written begins with the word already (مدينة الملك عبدالله
+    الاقتصادية)."""
+    return city if city.split(" ", 1)[0] == "مدينة" else f"مدينة {city}"
+
+
 def _place_ar(row: Mapping[str, Any]) -> str:
     city = _city_ar(row)
     district = row.get("benchmark_district_ar") or row.get("district")
@@ -202,7 +208,7 @@ def _benchmark_sentences(
                 f"could not be compared with recorded sales (price per m2 {_sar(ppsqm)} SAR)."
             ],
             [
-                f"لا يوجد مؤشر رسمي لمدينة {_as_written(row['city'])}، فلم تُقارن قيمة "
+                f"لا يوجد مؤشر رسمي ل{_city_word_ar(_as_written(row['city']))}، فلم تُقارن قيمة "
                 f"العقار بالصفقات المسجلة (سعر المتر {_sar(ppsqm)} ريال)."
             ],
         )
