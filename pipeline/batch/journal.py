@@ -28,7 +28,6 @@ from __future__ import annotations
 import fcntl
 import glob
 import hashlib
-import io
 import json
 import os
 import re
@@ -833,11 +832,11 @@ class Journal:
         # Files gone or damaged: the run is answered from its batches' answers instead.
         # (Kept by a version before 2026-11-24: no checksums; read if they decode.)
         checksums = [int(saved[2][:8], 16), int(saved[2][8:], 16)] if len(saved) == 3 else []
-        try:
-            files = [(self.files / name).read_bytes() for name in (_LAST_RESULTS, _LAST_REJECTS)]
-            if checksums and [zlib.crc32(data) for data in files] != checksums:
+        paths = [self.files / _LAST_RESULTS, self.files / _LAST_REJECTS]
+        try:  # (checked, then read: the job's lock keeps other runs from the files between)
+            if checksums and [_crc32(path) for path in paths] != checksums:
                 return None
-            results, rejects = (pl.read_parquet(io.BytesIO(data)) for data in files)
+            results, rejects = (pl.read_parquet(path) for path in paths)
         except (OSError, pl.exceptions.PolarsError):
             return None
         return results, rejects
