@@ -26,6 +26,12 @@ DUPLICATES = 3
 DISTINCT_VALID = PORTFOLIO_ROWS - REJECTED - DUPLICATES
 
 
+def journaled_run(tmp_path: Path, db: str, journal: Path | str) -> list[str]:
+    """`score` of the sample portfolio into out.csv, paid by acme, with `journal`, quietly."""
+    return ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     path = tmp_path / "ledger.db"
@@ -913,8 +919,7 @@ def test_a_lost_answers_file_puts_its_rows_in_doubt_and_they_are_not_paid_again(
     tmp_path, db, damage
 ):
     journal = tmp_path / "lost.journal"
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
-            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    args = journaled_run(tmp_path, db, journal)
     assert main([*args, "--budget", "100"]) == 3
     answers = list(results_folder(journal).glob("*.answers.parquet"))
     assert answers
@@ -960,8 +965,7 @@ def test_answers_changed_on_disk_are_not_believed_but_replayed(tmp_path, db):
 def test_keys_changed_on_disk_stop_the_run_instead_of_paying_again(tmp_path, db, capsys):
     # Rows in doubt go again under the keys of their rows file: other keys would be charged anew.
     journal = tmp_path / "job.journal"
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
-            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    args = journaled_run(tmp_path, db, journal)
     assert main(args) == 0
     for path in results_folder(journal).glob("*.answers.parquet"):
         path.unlink()  # every row in doubt
@@ -991,8 +995,7 @@ def test_a_last_run_copy_that_cannot_be_kept_is_warned_of_and_costs_the_run_noth
 ):
     # It stopped the run, exit 1 with a traceback, after every output was written (QA 27).
     journal = tmp_path / "job.journal"
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
-            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    args = journaled_run(tmp_path, db, journal)
     assert main(args) == 0
     copy = results_folder(journal) / "last-run.results.parquet"
     copy.unlink()
@@ -1031,8 +1034,7 @@ def test_a_journal_file_that_cannot_be_written_stops_the_run_saying_what_is_kept
 
     monkeypatch.setattr(journal_module, "_crc32", full_disk_after_four_files)
     journal = tmp_path / "job.journal"
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
-            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    args = journaled_run(tmp_path, db, journal)
     assert main(args) == 1
     said = capsys.readouterr().err
     assert said.startswith("decisions: error: cannot write the run journal's file ")
@@ -1045,8 +1047,7 @@ def test_a_journal_file_that_cannot_be_written_stops_the_run_saying_what_is_kept
 
 def test_a_damaged_journal_database_is_said_not_a_traceback(tmp_path, db, capsys):
     journal = tmp_path / "job.journal"
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
-            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    args = journaled_run(tmp_path, db, journal)
     assert main([*args, "--budget", "100"]) == 3
     data = bytearray(journal.read_bytes())
     data[4096:8192] = bytes(4096)  # its second page zeroed
@@ -1071,8 +1072,7 @@ def test_an_output_that_cannot_be_written_after_paying_says_the_rerun_pays_nothi
         raise OSError(errno.ENOSPC, "No space left on device")
 
     journal = str(tmp_path / "job.journal")
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
-            "--workspace", "acme", "--journal", journal, "--quiet"]  # fmt: skip
+    args = journaled_run(tmp_path, db, journal)
     with monkeypatch.context() as disk:
         disk.setattr(pl.DataFrame, "write_csv", full_disk)
         assert main(args) == 1
@@ -1092,8 +1092,7 @@ def test_a_journal_path_that_cannot_be_used_is_refused_naming_it(tmp_path, db, c
     else:
         (tmp_path / "jobs").write_text("")
         journal = tmp_path / "jobs" / "job.journal"
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
-            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    args = journaled_run(tmp_path, db, journal)
     assert main(args) == 2
     said = capsys.readouterr().err
     assert said.startswith(f"decisions: error: {journal}: cannot lock this job's journal at ")
@@ -1103,8 +1102,7 @@ def test_a_journal_path_that_cannot_be_used_is_refused_naming_it(tmp_path, db, c
 
 def test_a_lost_rows_file_stops_the_run_saying_what_is_lost(tmp_path, db, capsys):
     journal = tmp_path / "lost.journal"
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
-            "--workspace", "acme", "--journal", str(journal), "--quiet"]  # fmt: skip
+    args = journaled_run(tmp_path, db, journal)
     assert main([*args, "--budget", "100"]) == 3
     for path in results_folder(journal).glob("*.rows.parquet"):
         path.unlink()
@@ -1137,8 +1135,7 @@ def test_a_stop_signal_mid_run_says_how_to_go_on_and_the_rerun_pays_only_the_res
     monkeypatch.setattr(LocalScorer, "score", score_then_stop)
     manifest = tmp_path / "manifest.json"
     journal = str(tmp_path / "stop.journal")
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
-            "--workspace", "acme", "--journal", journal, "--quiet"]  # fmt: skip
+    args = journaled_run(tmp_path, db, journal)
     assert main([*args, "--manifest", str(manifest)]) == 130
     err = capsys.readouterr().err
     assert "interrupted; what was paid is kept: the batches answered in the run journal" in err
@@ -1166,8 +1163,7 @@ def test_a_stop_signal_while_writing_records_what_the_run_paid(tmp_path, db, mon
 
     monkeypatch.setattr(run, "write_output", stopped_while_writing)
     manifest = tmp_path / "manifest.json"
-    args = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
-            "--workspace", "acme", "--journal", str(tmp_path / "w.journal"), "--quiet"]  # fmt: skip
+    args = journaled_run(tmp_path, db, tmp_path / "w.journal")
     assert main([*args, "--manifest", str(manifest)]) == 130
     record = json.loads(manifest.read_text())
     assert balance(db) == 5000 - DISTINCT_VALID

@@ -246,18 +246,14 @@ class Journal:
         others in doubt, resent under their keys and replayed, not paid again (a rows file
         written ahead for a batch that never left: embedded, the ledger says it was never
         charged, and it is new work)."""
-        known = {
-            name
-            for names in self._db.execute("SELECT rows_file, answers_file FROM batches")
-            for name in names
-            if name is not None
-        }
-        known_batches = {key for (key,) in self._db.execute("SELECT batch_key FROM batches")}
+        # (A batch's files are named after its key: those of a batch the database holds are
+        # its own, or earlier ones it replaced.)
+        known = {key for (key,) in self._db.execute("SELECT batch_key FROM batches")}
         latest: dict[tuple[str, str], Path] = {}  # (batch key, kind): its newest file
         for path in sorted(self.files.glob("*.parquet"), key=_written_at):
             kind = path.name.rsplit(".", 2)[-2]
             key = _batch_key_of(path.name)
-            if kind in ("rows", "answers") and path.name not in known and key not in known_batches:
+            if kind in ("rows", "answers") and key not in known:
                 latest[key, kind] = path
         taken = [(key, path) for (key, kind), path in latest.items() if kind == "rows"]
         for batch_key, rows_path in taken:
@@ -530,7 +526,7 @@ class Journal:
         checked once per journal opened (its name changes with its content)."""
         intact = self._checked.get(name)
         if intact is None:
-            intact = self._checked[name] = _intact(self.files / name)
+            intact = self._checked[name] = _as_written(self.files / name)
         return intact
 
     def _scan_each(self, names: list[str | None], columns: list[str] | None = None) -> pl.DataFrame:
@@ -867,7 +863,7 @@ def _crc32(path: Path) -> int:
 _CHECKSUM_IN_NAME = re.compile(r"\.([0-9a-f]{8})\.[a-z]+\.parquet$")
 
 
-def _intact(path: Path) -> bool:
+def _as_written(path: Path) -> bool:
     """Whether a journal's batch file is as written: its bytes against the CRC-32 in its name
     (see `Journal._write`), or, named without one (by a version before 2026-11-24), read whole
     without an error."""
