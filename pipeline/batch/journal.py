@@ -246,14 +246,18 @@ class Journal:
         others in doubt, resent under their keys and replayed, not paid again (a rows file
         written ahead for a batch that never left: embedded, the ledger says it was never
         charged, and it is new work)."""
-        # (A batch's files are named after its key: those of a batch the database holds are
-        # its own, or earlier ones it replaced.)
-        known = {key for (key,) in self._db.execute("SELECT batch_key FROM batches")}
+        known = {
+            name
+            for names in self._db.execute("SELECT rows_file, answers_file FROM batches")
+            for name in names
+            if name is not None
+        }
+        known_batches = {key for (key,) in self._db.execute("SELECT batch_key FROM batches")}
         latest: dict[tuple[str, str], Path] = {}  # (batch key, kind): its newest file
         for path in sorted(self.files.glob("*.parquet"), key=_written_at):
             kind = path.name.rsplit(".", 2)[-2]
             key = _batch_key_of(path.name)
-            if kind in ("rows", "answers") and key not in known:
+            if kind in ("rows", "answers") and path.name not in known and key not in known_batches:
                 latest[key, kind] = path
         taken = [(key, path) for (key, kind), path in latest.items() if kind == "rows"]
         for batch_key, rows_path in taken:
@@ -765,7 +769,7 @@ class Journal:
         kept_rows = kept.select("fingerprint").join(
             latest_rows, on="fingerprint", how="inner", maintain_order="left"
         )
-        key = f"{COMPACTED_BATCH}{uuid.uuid4().hex[:12]}"
+        key = f"{COMPACTED_BATCH}{uuid.uuid4().hex[: _COMPACTED_KEY - len(COMPACTED_BATCH)]}"
         rows_file = self._write(kept_rows, f"{key}.rows.parquet")
         answers_file = self._write(kept, f"{key}.answers.parquet")
         now = time.time()
@@ -898,10 +902,17 @@ def _writing_journal(path: Path) -> Iterator[None]:
         ) from exc
 
 
+_COMPACTED_KEY = len(COMPACTED_BATCH) + 12  # characters of a compacted batch's key
+
+
 def _batch_key_of(name: str) -> str:
-    """The batch key of a batch file's name (see `write_rows`, `record`, `compact`)."""
+    """The batch key of a batch file's name (see `write_rows`, `record`, `compact`): the
+    stem less the `-<8 hex>` `write_rows` and `record` add (a compacted batch resent keeps
+    its key, then that suffix: compacted-<12 hex>-<8 hex>)."""
     stem = name.split(".", 1)[0]
-    return stem if stem.startswith(COMPACTED_BATCH) else stem.rsplit("-", 1)[0]
+    if stem.startswith(COMPACTED_BATCH):
+        return stem[:_COMPACTED_KEY]
+    return stem.rsplit("-", 1)[0]
 
 
 def _written_at(path: Path) -> float:
