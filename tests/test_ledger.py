@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from pipeline.errors import (
     IdempotencyKeyReused,
     InsufficientDecisions,
+    LedgerBusy,
     RequestInProgress,
     UnknownWorkspace,
     UsageError,
@@ -111,6 +114,60 @@ def test_refund_gives_back_once_and_frees_the_key(ledger):
     assert ledger.refund(charge.entry_id, "engine failed").balance == 10
     assert not ledger.charge("acme", request).replayed
     assert sum(e["amount"] for e in ledger.entries("acme")) == ledger.workspace("acme").balance
+
+
+def test_a_charge_is_refunded_at_most_once_by_the_schema_itself(ledger):
+    first = ledger.charge("acme", ChargeRequest(cost=1))
+    ledger.charge("acme", ChargeRequest(cost=1))  # charges, refunded by none: refund_of NULL
+    ledger.refund(first.entry_id, "engine failed")
+    db = sqlite3.connect(ledger.path)
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+        db.execute(
+            "INSERT INTO entries (workspace_id, kind, amount, balance_after, refund_of,"
+            " created_at) VALUES (1, 'refund', 1, 11, ?, 0)",
+            (first.entry_id,),
+        )
+
+
+_LEDGER_OF_BEFORE = """
+CREATE TABLE workspaces (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+    balance INTEGER NOT NULL CHECK (balance >= 0), created_at REAL NOT NULL);
+CREATE TABLE entries (id INTEGER PRIMARY KEY,
+    workspace_id INTEGER NOT NULL REFERENCES workspaces(id),
+    kind TEXT NOT NULL CHECK (kind IN ('opening', 'topup', 'charge', 'refund')),
+    amount INTEGER NOT NULL, balance_after INTEGER NOT NULL, idempotency_key TEXT,
+    fingerprint TEXT, key_prefix TEXT, note TEXT,
+    refund_of INTEGER UNIQUE REFERENCES entries(id), created_at REAL NOT NULL);
+INSERT INTO workspaces VALUES (1, 'acme', 10, 0);
+INSERT INTO entries (workspace_id, kind, amount, balance_after, note, created_at)
+    VALUES (1, 'opening', 10, 10, 'opening balance', 0);
+"""
+
+
+def test_a_ledger_made_before_the_partial_index_charges_and_refunds(tmp_path):
+    path = tmp_path / "old.db"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(_LEDGER_OF_BEFORE)
+    ledger = SqliteLedger(path)
+    charge = ledger.charge("acme", ChargeRequest(cost=3, idempotency_key="k", fingerprint="f"))
+    assert ledger.refund(charge.entry_id, "engine failed").balance == 10
+    assert ledger.refund(charge.entry_id, "engine failed").balance == 10
+    assert ledger.charge("acme", ChargeRequest(cost=1)).balance_after == 9
+    assert sum(e["amount"] for e in ledger.entries("acme")) == 9
+
+
+def test_a_charge_that_may_not_wait_is_refused_at_once_while_another_writes(ledger):
+    other = sqlite3.connect(ledger.path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    started = time.monotonic()
+    with pytest.raises(LedgerBusy):
+        ledger.charge("acme", ChargeRequest(cost=1), wait=False)
+    assert time.monotonic() - started < 1
+    threading.Timer(0.3, lambda: other.execute("COMMIT")).start()
+    # the thread's other connection still waits for the lock (the busy timeout, a minute)
+    assert ledger.charge("acme", ChargeRequest(cost=1)).balance_after == 9
+    assert ledger.charge("acme", ChargeRequest(cost=1), wait=False).balance_after == 8
+    assert ledger.workspace("acme").balance == 8
 
 
 def test_charge_each_answers_every_request_in_one_transaction(ledger):

@@ -12,7 +12,11 @@ BUSY_TIMEOUT_MS = 60_000  # how long a write waits for another connection's tran
 
 
 class ThreadConnections:
-    """A connection per thread to one database file (sqlite3 objects must stay in their thread)."""
+    """A connection per thread to one database file (sqlite3 objects must stay in their thread).
+
+    `get(waits=False)` is a second connection of the thread that never waits for a lock held by
+    another (busy timeout 0): setting the busy timeout to 0 and back around one transaction
+    costs two statements, about 26 us of a 1.4 ms request."""
 
     def __init__(
         self, path: Path, *, synchronous: str = "FULL", busy_timeout_ms: int = BUSY_TIMEOUT_MS
@@ -23,23 +27,28 @@ class ThreadConnections:
         self._local = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def get(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
+    def get(self, *, waits: bool = True) -> sqlite3.Connection:
+        name = "waiting" if waits else "not_waiting"
+        db = getattr(self._local, name, None)
         if db is None:
-            try:
-                db = sqlite3.connect(
-                    self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None
-                )
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute(f"PRAGMA synchronous={self.synchronous}")
-                db.execute("PRAGMA foreign_keys=ON")
-            except sqlite3.Error as exc:
-                raise UsageError(f"cannot open the ledger database {self.path}: {exc}") from exc
-            self._local.db = db
+            db = self._open(self.busy_timeout_ms if waits else 0)
+            setattr(self._local, name, db)
+        return db
+
+    def _open(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
+            db.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            raise UsageError(f"cannot open the ledger database {self.path}: {exc}") from exc
         return db
 
     def close(self) -> None:
-        db = getattr(self._local, "db", None)
-        if db is not None:
-            db.close()
-            self._local.db = None
+        """Close this thread's connections."""
+        for name in ("waiting", "not_waiting"):
+            db = getattr(self._local, name, None)
+            if db is not None:
+                db.close()
+                setattr(self._local, name, None)

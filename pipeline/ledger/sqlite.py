@@ -48,10 +48,14 @@ CREATE TABLE IF NOT EXISTS entries (
     fingerprint TEXT,
     key_prefix TEXT,
     note TEXT,
-    refund_of INTEGER UNIQUE REFERENCES entries(id),
+    refund_of INTEGER REFERENCES entries(id),
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_by_workspace ON entries(workspace_id, id);
+-- A charge is refunded at most once. A partial index, so that a charge's commit writes no page
+-- of it (a ledger made before keeps the UNIQUE of its refund_of column as well).
+CREATE UNIQUE INDEX IF NOT EXISTS entries_refunded ON entries(refund_of)
+    WHERE refund_of IS NOT NULL;
 CREATE TABLE IF NOT EXISTS idempotency (
     workspace_id INTEGER NOT NULL REFERENCES workspaces(id),
     key TEXT NOT NULL,
@@ -87,11 +91,8 @@ class SqliteLedger:
     def _transaction(self, *, wait: bool = True) -> Iterator[sqlite3.Connection]:
         """A write transaction: LedgerBusy, nothing done, if another connection holds the write
         lock past the busy timeout (a minute), or at once with `wait=False`."""
-        db = self._connection()
-        if wait:
-            _begin(db, waited_s=self._connections.busy_timeout_ms / 1000)
-        else:
-            _begin_now(db, self._connections.busy_timeout_ms)
+        db = self._connections.get(waits=wait)
+        _begin(db, waited_s=self._connections.busy_timeout_ms / 1000 if wait else 0)
         try:
             yield db
         except BaseException:
@@ -370,12 +371,3 @@ def _begin(db: sqlite3.Connection, *, waited_s: float) -> None:
         raise LedgerBusy(
             f"the ledger stayed locked by another process for {waited_s:g} s; try again"
         ) from exc
-
-
-def _begin_now(db: sqlite3.Connection, busy_timeout_ms: int) -> None:
-    """BEGIN IMMEDIATE without waiting for the write lock: LedgerBusy if it is taken."""
-    db.execute("PRAGMA busy_timeout = 0")
-    try:
-        _begin(db, waited_s=0)
-    finally:
-        db.execute(f"PRAGMA busy_timeout = {busy_timeout_ms:d}")
