@@ -152,3 +152,33 @@ def test_an_idempotency_key_never_becomes_a_formula_in_the_audit_csv(db, capsys,
     assert rows[1]["idempotency_key"] == "'" + planted and rows[1]["amount"] == "-1"
     assert main(["workspace", "entries", "acme", "--db", db]) == 0
     assert json.loads(capsys.readouterr().out)[1]["idempotency_key"] == planted  # JSON: as is
+
+
+def test_the_local_workspace_is_opened_in_a_named_ledger_by_its_first_charge_only(
+    db, tmp_path, capsys, stdin
+):
+    """QA round 28: a dry run, a run of rejected rows or a refused request, with --db and no
+    --workspace, made the local workspace there with 100,000 decisions nobody paid for."""
+    listing = tmp_path / "one.csv"
+    listing.write_text("type,price,area,city\napartment,950000,140,Riyadh\n")
+    rejected = tmp_path / "bad.csv"
+    rejected.write_text("type,price,area,city\napartment,-5,140,Riyadh\n")
+
+    def local_workspace() -> dict | None:
+        capsys.readouterr()
+        if main(["workspace", "show", "local", "--db", db]) != 0:
+            return None
+        return json.loads(capsys.readouterr().out)
+
+    assert main(["score", str(listing), "--dry-run", "--db", db]) == 0
+    assert main(["score", str(rejected), "-o", str(tmp_path / "o.csv"), "--db", db]) == 0
+    stdin({**VILLA, "property": {**VILLA["property"], "price": -1}})
+    assert main(["decide", "-", "--db", db]) == 1
+    assert local_workspace() is None
+
+    assert main(["score", str(listing), "-o", str(tmp_path / "o.csv"), "--db", db]) == 0
+    assert local_workspace() == {"workspace": "local", "balance": 99_999}
+    capsys.readouterr()
+    assert main(["workspace", "entries", "local", "--db", db]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert [(e["kind"], e["amount"]) for e in entries] == [("opening", 100_000), ("charge", -1)]

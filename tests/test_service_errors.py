@@ -338,8 +338,11 @@ def test_forwarded_addresses_and_methods_are_logged_as_text_of_one_line(
     assert line.startswith("[::1%sk-") and "\\x85INFO" in line and service.key[12:] not in line
 
 
-def test_an_api_key_sent_as_idempotency_key_is_refused_not_stored(service: Service) -> None:
-    response = service.post(body(), headers={"Idempotency-Key": service.key})
+@pytest.mark.parametrize("glued", ["", "listing_", "42", "x"])  # QA 28: after a word character
+def test_an_api_key_sent_as_idempotency_key_is_refused_not_stored(
+    service: Service, glued: str
+) -> None:
+    response = service.post(body(), headers={"Idempotency-Key": glued + service.key})
     payload = assert_error(response, 400, "invalid_idempotency_key")
     assert "revoke" in str(payload["message"]) and service.key not in response.text
     assert service.balance() == 100

@@ -95,7 +95,9 @@ def add_score_command(commands: Any) -> None:
         "--manifest", type=Path, help="also write the run's summary as JSON to this file"
     )
     add_remote_options(score)
-    score.set_defaults(handler=cmd_score)
+    # What raises the budget, as the advice to go on names it: `decisions nightly` reads it
+    # from its configuration file, and has no --budget.
+    score.set_defaults(handler=cmd_score, budget_named="--budget")
 
 
 def add_nightly_command(commands: Any) -> None:
@@ -125,6 +127,7 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     parser = CommandParser(prog="decisions")
     add_score_command(parser.add_subparsers(dest="command"))
     score_args = parser.parse_args(argv)
+    score_args.budget_named = f"`budget` in {args.config or 'configs/nightly.toml'}"
     print(f"decisions nightly: {' '.join(argv)}", flush=True)
     return cmd_score(score_args, settings)
 
@@ -501,7 +504,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(manifest, ensure_ascii=False, indent=2))
     elif not args.quiet:
-        print_summary(outcome, sys.argv)
+        print_summary(outcome, sys.argv, budget_named=args.budget_named)
     if args.quiet:
         # What the summary would have warned of (rows read as one cell): cron mails stderr.
         for label, value in outcome.summary.notes:
@@ -510,7 +513,8 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     if (args.json or args.quiet) and rows_left(outcome):
         # Rows were left: even a quiet run (cron mails what it prints) says how to go on,
         # on stderr, as stdout is for the JSON.
-        print(run_again(outcome) + "\n  " + command_line(sys.argv), file=sys.stderr)
+        advice = run_again(outcome, budget_named=args.budget_named)
+        print(advice + "\n  " + command_line(sys.argv), file=sys.stderr)
     return outcome.exit_code
 
 
@@ -606,7 +610,7 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
 
 RUN_AGAIN = (
     "Some rows were not scored or explained: the budget or the balance ran out. Top up "
-    "(decisions workspace topup NAME N) or raise --budget, then run the same command again:"
+    "(decisions workspace topup NAME N) or raise BUDGET, then run the same command again:"
 )
 # Through a service the balance is the service's: a local top-up would not reach it.
 RUN_AGAIN_REMOTE = RUN_AGAIN.replace(
@@ -625,11 +629,16 @@ def rows_left(outcome: BatchOutcome) -> bool:
     )
 
 
-def run_again(outcome: BatchOutcome) -> str:
+def run_again(outcome: BatchOutcome, *, budget_named: str = "--budget") -> str:
+    """How to go on after a run that left rows for lack of budget or balance; `budget_named`:
+    where the run's budget is set."""
     if dict(outcome.summary.notes).get("Scorer") == "remote":
-        return RUN_AGAIN_REMOTE
-    workspace = outcome.summary.workspace
-    return RUN_AGAIN if workspace is None else RUN_AGAIN.replace("NAME", shlex.quote(workspace))
+        advice = RUN_AGAIN_REMOTE
+    elif (workspace := outcome.summary.workspace) is not None:
+        advice = RUN_AGAIN.replace("NAME", shlex.quote(workspace))
+    else:
+        advice = RUN_AGAIN
+    return advice.replace("BUDGET", budget_named)
 
 
 def command_line(argv: list[str]) -> str:
@@ -641,7 +650,9 @@ def command_line(argv: list[str]) -> str:
     return shlex.join([*head, *rest])
 
 
-def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
+def print_summary(
+    outcome: BatchOutcome, argv: list[str], *, budget_named: str = "--budget"
+) -> None:
     s = outcome.summary
     width = max(len(label) for label, _ in s.lines())
     for label, value in s.lines():
@@ -650,4 +661,4 @@ def print_summary(outcome: BatchOutcome, argv: list[str]) -> None:
     for output in outcome.outputs:
         print(f"  wrote {output}")
     if rows_left(outcome):
-        print(run_again(outcome) + "\n  " + command_line(argv))
+        print(run_again(outcome, budget_named=budget_named) + "\n  " + command_line(argv))

@@ -75,13 +75,16 @@ def _problem(error: Mapping[str, Any]) -> str:
         return f"unknown key {where!r} (the keys are: {known})"
     if error["type"] == "missing":
         return f"{where!r} is required"
-    if key in _EXPECTED:
+    if key in _EXPECTED and (key != "formats" or error["type"] == "literal_error"):
         return f"{where} = {error.get('input')!r}: should be {_EXPECTED[key]}"
     message = str(error["msg"]).removeprefix("Input ").removeprefix("Value ")
     return f"{where} = {error.get('input')!r}: {message}"
 
 
-_EXPECTED = {"sheet": "a sheet's name, or its position counting from 0"}
+_EXPECTED = {
+    "sheet": "a sheet's name, or its position counting from 0",
+    "formats": "'xlsx', 'csv', 'parquet' or 'pq', in any case",
+}
 
 
 def _resolved(path: Path, root: Path) -> Path:

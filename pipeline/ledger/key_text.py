@@ -13,9 +13,10 @@ DISPLAY_CHARS = 8  # secret characters shown in a key's display prefix
 # pasted into a URL path must not reach a log line or an error body whole.
 _KEY_LIKE_RE = re.compile(rf"(sk[-_][a-z0-9]{{{DISPLAY_CHARS}}})[a-z0-9]+", re.IGNORECASE)
 # A key, or 20 characters of one, in a message that also names files and workspaces, which
-# _KEY_LIKE_RE would cut at any "sk-" (risk-assessment-2024.csv).
+# _KEY_LIKE_RE would cut at any "sk-" (risk-assessment-2024.csv). Whatever comes before it: a
+# key glued to a word (listing_sk-..., 42sk-...) is a key all the same.
 _KEY_IN_MESSAGE_RE = re.compile(
-    rf"\b(sk[-_][a-z2-7]{{{DISPLAY_CHARS}}})[a-z2-7]{{12,}}(?![a-z0-9])", re.IGNORECASE
+    rf"(sk[-_][a-z2-7]{{{DISPLAY_CHARS}}})[a-z2-7]{{12,}}(?![a-z0-9])", re.IGNORECASE
 )
 
 

@@ -76,9 +76,14 @@ class SqliteLedger:
         *,
         stale_in_flight_s: float = STALE_IN_FLIGHT_S,
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        opened_by_first_charge: Workspace | None = None,
     ) -> None:
+        """`opened_by_first_charge`: a workspace this ledger may not hold yet, made with its
+        balance in the transaction of its first charge (the local workspace in a ledger named
+        with --db); until then it reads as that balance, and nothing is written."""
         self.path = Path(path)
         self.stale_in_flight_s = stale_in_flight_s
+        self.opened_by_first_charge = opened_by_first_charge
         self._connections = ThreadConnections(self.path, busy_timeout_ms=busy_timeout_ms)
         self._connection().executescript(_SCHEMA)
 
@@ -141,8 +146,29 @@ class SqliteLedger:
         self._entry(db, cursor.lastrowid, "opening", balance, balance, note="opening balance")
 
     def workspace(self, name: str) -> Workspace:
-        _, balance = self._row(self._connection(), name)
+        try:
+            _, balance = self._row(self._connection(), name)
+        except UnknownWorkspace:
+            opened = self._opened_by_first_charge(name)
+            if opened is None:
+                raise
+            return opened
         return Workspace(name, balance)
+
+    def _opened_by_first_charge(self, name: str) -> Workspace | None:
+        opened = self.opened_by_first_charge
+        return opened if opened is not None and opened.name == name else None
+
+    def _row_to_charge(self, db: sqlite3.Connection, name: str) -> tuple[int, int]:
+        """`_row`, the workspace opened first if it is the one opened by its first charge."""
+        try:
+            return self._row(db, name)
+        except UnknownWorkspace:
+            opened = self._opened_by_first_charge(name)
+            if opened is None:
+                raise
+            self._insert_workspace(db, name, opened.balance)
+            return self._row(db, name)
 
     def topup(self, name: str, amount: int) -> Workspace:
         if amount <= 0:
@@ -277,7 +303,7 @@ class SqliteLedger:
             for workspace, request in charges:
                 try:
                     if workspace not in balances:
-                        balances[workspace] = self._row(db, workspace)
+                        balances[workspace] = self._row_to_charge(db, workspace)
                     workspace_id, balance = balances[workspace]
                     charge = self._earlier(db, workspace_id, request) or self._charge_in(
                         db, workspace_id, balance, request
@@ -345,19 +371,25 @@ def open_ledger(
     """The ledger of `--db` (else DECISIONS_DB, else the settings' file).
 
     The local workspace, with the opening balance of the settings, is made in the settings'
-    own file on first use, and in a ledger the caller is about to charge it in
-    (`charges_local`: `score` or `decide` without `--workspace`); never in a ledger named for
-    anything else, which would hold decisions nobody paid for. `must_exist`: a named file that
-    is not there is refused (a mistyped --db would otherwise start an empty ledger)."""
+    own file on first use, and in another ledger by its first charge there (`charges_local`:
+    `score` or `decide` without `--workspace`), never before: a dry run, or a command stopped
+    before it charged, would leave a ledger holding decisions nobody paid for. `must_exist`: a
+    named file that is not there is refused (a mistyped --db would otherwise start an empty
+    ledger)."""
     path, own_file = ledger_location(settings, db)
     if must_exist and not own_file and not path.exists():
         raise UsageError(
             f"no ledger at {path}: check --db (or DECISIONS_DB), or make one with "
             f"`decisions workspace create NAME --balance N --db {path}`"
         )
-    ledger = SqliteLedger(path, stale_in_flight_s=stale_in_flight_s)
-    if own_file or charges_local:
-        ledger.ensure_workspace(settings.ledger.workspace, settings.ledger.initial_balance)
+    local = Workspace(settings.ledger.workspace, settings.ledger.initial_balance)
+    ledger = SqliteLedger(
+        path,
+        stale_in_flight_s=stale_in_flight_s,
+        opened_by_first_charge=local if charges_local and not own_file else None,
+    )
+    if own_file:
+        ledger.ensure_workspace(local.name, local.balance)
     return ledger
 
 
