@@ -1035,11 +1035,15 @@ def test_a_journal_file_that_cannot_be_written_stops_the_run_saying_what_is_kept
     monkeypatch.setattr(journal_module, "_crc32", full_disk_after_four_files)
     journal = tmp_path / "job.journal"
     args = journaled_run(tmp_path, db, journal)
-    assert main(args) == 1
+    manifest = tmp_path / "manifest.json"
+    assert main([*args, "--manifest", str(manifest)]) == 1
     said = capsys.readouterr().err
     assert said.startswith("decisions: error: cannot write the run journal's file ")
     assert "(No space left on device). What was paid is kept" in said
     assert 0 < 5000 - balance(db) < DISTINCT_VALID
+    # the record of the failed run says what it paid (QA 29: 0, after 30,000 charged)
+    record = json.loads(manifest.read_text(encoding="utf-8"))
+    assert record["decisions_spent"] == 5000 - balance(db) == 5000 - record["balance_after"]
     monkeypatch.setattr(journal_module, "_crc32", crc32)  # space freed
     assert main(args) == 0
     assert balance(db) == 5000 - DISTINCT_VALID

@@ -834,6 +834,39 @@ def test_changed_verdicts_follow_listings_however_rows_move(tmp_path):
     assert changed == sorted(expected) and len(changed) == 2
 
 
+def test_the_changes_of_a_night_whose_outputs_failed_are_listed_by_its_rerun(tmp_path, monkeypatch):
+    """QA round 29: a night that paid and kept its verdicts, then could not write its outputs
+    (a folder made read-only, a full disk), hid its changes: the rerun compared with it and
+    listed none."""
+    from pipeline.batch import run as run_module
+    from pipeline.errors import OutputError
+
+    job = Job(tmp_path)
+    listings = read_table(SAMPLE / "portfolio.csv").head(60)
+    source = tmp_path / "listings.csv"
+    listings.write_csv(source)
+    book = tmp_path / "scored.xlsx"
+    assert job.score(source, "-o", str(book)) == 0
+    first = pl.read_parquet(job.out).with_columns(pl.int_range(pl.len()).alias("i"))
+    flips = first.filter(pl.col("verdict") == "match")["i"].head(2).to_list()
+    listings.with_columns(
+        pl.when(pl.int_range(pl.len()).is_in(flips)).then(pl.lit("99000000"))
+        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+    ).write_csv(source)  # fmt: skip
+
+    write_output = run_module.write_output
+
+    def folder_read_only(*args, **kwargs):
+        raise OutputError(f"{args[0]}: cannot write the output (Read-only file system)")
+
+    monkeypatch.setattr(run_module, "write_output", folder_read_only)
+    assert job.score(source, "-o", str(book)) == 1
+    monkeypatch.setattr(run_module, "write_output", write_output)
+    assert job.score(source, "-o", str(book)) == 0
+    changed = _changes_listed(book)
+    assert [(row - 1, old) for row, old, _ in changed] == [(i, "match") for i in flips]
+
+
 def _killed_after_the_third_charge(job: Job, source: Path, monkeypatch) -> None:
     """Score `source` (40 rows a batch) and stop as kill -9 would once the third batch is
     charged, before its answers are recorded (the second's are still being written)."""
@@ -897,6 +930,28 @@ def test_a_large_run_stopped_by_its_budget_finishes_when_run_again(tmp_path):
     assert job.results()["status"].value_counts().sort("status").rows() == [
         ("rejected", 2340), ("scored", 8790)
     ]  # fmt: skip
+
+
+def test_a_resumed_run_counts_in_its_output_what_its_job_paid_not_what_earlier_nights_did(
+    tmp_path,
+):
+    """QA round 29: the rerun of a night stopped by its budget (or a kill, or an output that
+    could not be written) showed every row answered from the journal at its cost, those paid
+    on earlier nights too: its decisions_used added up to more than the ledger had taken."""
+    first_night = _portfolio(tmp_path, copies=1)
+    job = Job(tmp_path)
+    assert job.score(first_night) == 0
+    paid_before = job.charged()
+    (tmp_path / "tonight").mkdir()
+    tonight = _portfolio(tmp_path / "tonight", copies=2)  # the first night's rows, and as many new
+    assert job.score(tonight, "--budget", "100") == 3  # the run stays open
+    assert job.charged() - paid_before == 100
+    assert job.score(tonight) == 0  # resumed: finishes the night
+    paid_tonight = job.charged() - paid_before
+    results = job.results()
+    assert results["decisions_used"].sum() == paid_tonight
+    # the first night's listings, answered from the journal, cost tonight nothing
+    assert results.filter(pl.col("Listing ID").str.ends_with("-0"))["decisions_used"].sum() == 0
 
 
 def test_a_listing_skipped_tonight_keeps_its_last_verdict_for_the_next_comparison(tmp_path):

@@ -194,11 +194,15 @@ def _database_failed(exc: sqlite3.Error) -> PipelineError:
             "folder, and run the same command again (its batches are taken back from the "
             "files); if the ledger is, restore it from a backup"
         )
-    return PipelineError(
+    error = PipelineError(
         f"a database failed ({exc}): the ledger (--db) or the run journal. What was paid is "
         f"kept: {fix}; rows sent and not recorded go again under their keys, replayed, not "
         "paid again"
     )
+    for paid in ("decisions_spent", "balance_before"):  # for the record of the failure
+        if hasattr(exc, paid):
+            setattr(error, paid, getattr(exc, paid))
+    return error
 
 
 def _interrupted(stop: KeyboardInterrupt) -> Interrupted:

@@ -147,6 +147,9 @@ class Executor:
     # run's spending counts them), whose charges this run replayed
     replayed: int = 0
     oldest_reused: float = float("inf")  # when the oldest answer reused was scored
+    # A resumed run (`keep_costs`): when the run it resumes began. The answers it reuses that
+    # were recorded before then were paid by earlier runs, not by this job: 0 in the output.
+    resumed_since: float | None = None
 
     def run(
         self,
@@ -330,6 +333,11 @@ class Executor:
         answers = stored.with_columns(reuse["request_id"])  # this run's ids, not the stored ones
         if not keep_costs:
             answers = answers.with_columns(decisions_used=pl.lit(0, pl.Int64))
+        elif self.resumed_since is not None:
+            paid_by_this_job = pl.col("scored_at") >= self.resumed_since
+            answers = answers.with_columns(
+                decisions_used=pl.when(paid_by_this_job).then("decisions_used").otherwise(0)
+            )
         return answers.select(*OUTPUT_SCHEMA, "fingerprint")
 
 

@@ -413,7 +413,16 @@ class Journal:
             self._set_meta("service_address", address)
 
     def start_run(self, input_fingerprint: str) -> None:
+        if self.open_run() != input_fingerprint:  # not resuming it: a run of its own begins
+            self._set_meta("open_run_since", repr(time.time()))
         self._set_meta("open_run", input_fingerprint)
+
+    def open_run_since(self) -> float | None:
+        """When the unfinished run began (its first start, however often it was resumed): the
+        answers recorded before it were paid by earlier runs. None for a run begun by a
+        version before 2026-11-25, which did not record it."""
+        since = self._meta("open_run_since")
+        return None if since is None else float(since)
 
     def finish_run(self, freshness_days: float, *, keep: LastRun | None = None) -> None:
         """Close the run; past COMPACT_AFTER_BATCHES, fold the batches into one file first.
@@ -426,7 +435,7 @@ class Journal:
         try:
             if keep is not None:
                 self._keep_last_run(keep)
-            self._db.execute("DELETE FROM meta WHERE name = 'open_run'")
+            self._db.execute("DELETE FROM meta WHERE name IN ('open_run', 'open_run_since')")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
@@ -703,11 +712,16 @@ class Journal:
                 (answers_file, now, batch_key),
             )
 
-    def save_verdicts(self, verdicts: pl.DataFrame, previous: pl.DataFrame | None = None) -> None:
+    def save_verdicts(
+        self, verdicts: pl.DataFrame, previous: pl.DataFrame | None = None, *, pending: bool = False
+    ) -> None:
         """One row per listing (`listing`, `verdict`, `copies`) for the next run's changes:
         this run's verdict, or the last one known when this run has none (a row skipped
         tonight); a listing on several rows keeps no verdict (it cannot be paired).
-        `previous`: `previous_verdicts()`, when the caller has read it already."""
+        `previous`: `previous_verdicts()`, when the caller has read it already. `pending`:
+        written beside the history, which it replaces at `keep_verdicts`, once the run's
+        outputs are written; a run that fails before that has its changes listed by the next,
+        against the last history kept."""
         latest = verdicts.group_by("listing", maintain_order=True).agg(
             pl.col("verdict").first(), copies=pl.len()
         )
@@ -720,7 +734,16 @@ class Journal:
                 previous.drop("copies"), on="listing", how="left", maintain_order="left"
             ).select("listing", verdict=carried, copies="copies")
         self.verdicts_path.parent.mkdir(parents=True, exist_ok=True)
-        _write_parquet(latest.rename({"listing": LISTING_KEY}), self.verdicts_path)
+        target = self._pending_verdicts if pending else self.verdicts_path
+        _write_parquet(latest.rename({"listing": LISTING_KEY}), target)
+
+    def keep_verdicts(self) -> None:
+        """The verdicts saved `pending` become the history the next run compares with."""
+        os.replace(self._pending_verdicts, self.verdicts_path)
+
+    @property
+    def _pending_verdicts(self) -> Path:
+        return self.verdicts_path.with_name(f"{self.verdicts_path.stem}.pending.parquet")
 
     def compact(self, freshness_days: float) -> None:
         """One rows file and one answers file holding every final answer still fresh.

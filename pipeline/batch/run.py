@@ -8,6 +8,7 @@ for lack of budget or balance, 1 any other failure).
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -694,9 +695,12 @@ RUN_NOT_KEPT = (
 )
 
 
-def _not_kept(saved: Future[Any] | None, said: tuple[str, str]) -> list[tuple[str, object]]:
-    """A summary note if the journal's file of `saved` could not be written, with why."""
-    failure = None if saved is None else saved.exception()
+def _failure_of(saved: Future[Any] | None) -> BaseException | None:
+    return None if saved is None else saved.exception()
+
+
+def _not_kept(failure: BaseException | None, said: tuple[str, str]) -> list[tuple[str, object]]:
+    """A summary note if a journal's file could not be written (`failure`), with why."""
     if failure is None:
         return []
     if not isinstance(failure, OSError | PipelineError | pl.exceptions.PolarsError):
@@ -815,13 +819,14 @@ def _same_file(output: Path, source: Path) -> bool:
 
 @contextmanager
 def _stop_records_spend(budget: Budget, balance_before: int | None) -> Iterator[None]:
-    """A stop (Ctrl-C, SIGTERM) once charging has begun carries what the run had paid, for
-    the record of the stop: scoring, assembling or writing, the decisions are spent."""
+    """A stop (Ctrl-C, SIGTERM) or a failure (a full disk under the journal, a database)
+    once charging has begun carries what the run had paid, for the record of the stop:
+    scoring, assembling or writing, the decisions are spent."""
     try:
         yield
-    except KeyboardInterrupt as stop:
-        stop.decisions_spent = budget.spent  # type: ignore[attr-defined]
-        stop.balance_before = balance_before  # type: ignore[attr-defined]
+    except (KeyboardInterrupt, PipelineError, sqlite3.Error) as stop:
+        stop.decisions_spent = budget.spent  # type: ignore[union-attr]
+        stop.balance_before = balance_before  # type: ignore[union-attr]
         raise
 
 
@@ -880,6 +885,8 @@ def run_batch(
     balance_before = scorer.balance()
     budget = Budget(options.budget)
     executor = Executor(scorer, journal, budget)
+    if resuming and journal is not None:
+        executor.resumed_since = journal.open_run_since()
     context = RunContext(options, prepared.raw, freshness_days, resuming)
     with _stop_records_spend(budget, balance_before):
         with ThreadPoolExecutor(max_workers=1) as aside:
@@ -943,7 +950,9 @@ def run_batch(
                     # reader's chunks, ours in one) first copies every column into aligned
                     # chunks, 0.1-0.3 s a million rows.
                     verdicts = pl.DataFrame({"verdict": results["verdict"], "listing": listings})
-                    verdicts_kept = beside.submit(journal.save_verdicts, verdicts, previous)
+                    verdicts_kept = beside.submit(
+                        journal.save_verdicts, verdicts, previous, pending=True
+                    )
                 if keeping is not None and parquet is None:
                     kept = beside.submit(keeping.write_last_run, results, rejects)
                 for output in options.outputs:
@@ -974,7 +983,17 @@ def run_batch(
             raise failure from exc
         # The journal's copies serve the next run only: one not kept (a full disk under the
         # journal) is said, and costs the run nothing (its outputs are written).
-        not_kept = _not_kept(verdicts_kept, VERDICTS_NOT_KEPT) + _not_kept(kept, RUN_NOT_KEPT)
+        # The outputs are written: this run's verdicts are the history the next one compares
+        # with (a run that failed before would have hidden its changes from the next).
+        verdicts_failure = _failure_of(verdicts_kept)
+        if journal is not None and verdicts_kept is not None and verdicts_failure is None:
+            try:
+                journal.keep_verdicts()
+            except OSError as exc:
+                verdicts_failure = exc
+        not_kept = _not_kept(verdicts_failure, VERDICTS_NOT_KEPT) + _not_kept(
+            _failure_of(kept), RUN_NOT_KEPT
+        )
         if not_kept:
             summary = replace(summary, notes=[*summary.notes, *not_kept])
         if keeping is not None:
