@@ -810,7 +810,8 @@ class Journal:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
-        live = {rows_file, answers_file, "verdicts.parquet", _LAST_RESULTS, _LAST_REJECTS}
+        live = {rows_file, answers_file, _LAST_RESULTS, _LAST_REJECTS}
+        live |= {"verdicts.parquet", self._pending_verdicts.name}  # (this run's, not kept yet)
         live |= {name for b in batches if b[0] in holding for name in b[2:4] if name}
         for stale in self.files.glob("*.parquet"):
             if stale.name not in live:

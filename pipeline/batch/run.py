@@ -981,21 +981,6 @@ def run_batch(
             if failure is exc:
                 raise
             raise failure from exc
-        # The journal's copies serve the next run only: one not kept (a full disk under the
-        # journal) is said, and costs the run nothing (its outputs are written).
-        # The outputs are written: this run's verdicts are the history the next one compares
-        # with (a run that failed before would have hidden its changes from the next).
-        verdicts_failure = _failure_of(verdicts_kept)
-        if journal is not None and verdicts_kept is not None and verdicts_failure is None:
-            try:
-                journal.keep_verdicts()
-            except OSError as exc:
-                verdicts_failure = exc
-        not_kept = _not_kept(verdicts_failure, VERDICTS_NOT_KEPT) + _not_kept(
-            _failure_of(kept), RUN_NOT_KEPT
-        )
-        if not_kept:
-            summary = replace(summary, notes=[*summary.notes, *not_kept])
         if keeping is not None:
             last_run = None
             if kept is not None and kept.exception() is None:
@@ -1003,5 +988,21 @@ def run_batch(
                 notes = [duplicates, *prepared.notes]
                 last_run = LastRun(key, oldest, notes, checksums=kept.result())
             keeping.finish_run(freshness_days, keep=last_run)
+        # Last, the outputs written and the run closed: this run's verdicts become the history
+        # the next one compares with. A run that fails or is stopped before has its changes
+        # listed again by the next (kept earlier, they were listed by none).
+        verdicts_failure = _failure_of(verdicts_kept)
+        if journal is not None and verdicts_kept is not None and verdicts_failure is None:
+            try:
+                journal.keep_verdicts()
+            except OSError as exc:
+                verdicts_failure = exc
+        # The journal's copies serve the next run only: one not kept (a full disk under the
+        # journal) is said, and costs the run nothing (its outputs are written).
+        not_kept = _not_kept(verdicts_failure, VERDICTS_NOT_KEPT) + _not_kept(
+            _failure_of(kept), RUN_NOT_KEPT
+        )
+        if not_kept:
+            summary = replace(summary, notes=[*summary.notes, *not_kept])
     summary = replace(summary, duration_s=time.perf_counter() - clock)
     return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
