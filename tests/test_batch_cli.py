@@ -813,6 +813,30 @@ def test_outputs_that_cannot_be_written_stop_the_run_before_any_charge(tmp_path,
     assert balance(db) == 5000
 
 
+def _no_file_can_be_made_in(folder: Path) -> bool:
+    try:
+        (folder / ".probe").touch()
+    except OSError:
+        return True
+    (folder / ".probe").unlink()
+    return False
+
+
+@pytest.mark.skipif(
+    not _no_file_can_be_made_in(Path("/sys")), reason="needs a folder root cannot write in"
+)
+def test_an_output_that_cannot_be_written_is_refused_before_any_charge(db, tmp_path, capsys):
+    """QA round 29: a folder made read-only failed the night after it had paid (78
+    decisions). /sys refuses a new file to root as well, where a test's chmod would not."""
+    for output in ("/sys/scored.csv", "/sys/nightly/2026-11-24/scored.xlsx"):
+        ok = tmp_path / "ok.parquet"
+        assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(ok), "-o", output) == 2
+        said = capsys.readouterr().err
+        assert f"{output}: cannot be written: no file can be made in /sys (" in said
+        assert "nothing was charged" in said
+        assert balance(db) == 5000 and not ok.exists()
+
+
 def test_the_command_printed_to_run_again_can_be_pasted_into_a_shell(tmp_path, db):
     import shutil
     import subprocess

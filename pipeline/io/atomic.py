@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.errors import OutputError
+from pipeline.errors import OutputError, UsageError
 
 __all__ = ["atomic_path", "scratch_dir"]
 
@@ -32,6 +32,25 @@ def describe_os_error(path: Path, exc: OSError) -> OutputError:
     elif isinstance(exc, NotADirectoryError | FileExistsError):
         hint = "; a part of the output path is a file, not a directory"
     return OutputError(f"{path}: cannot write the output ({reason}){hint}")
+
+
+def check_writable(path: Path) -> None:
+    """UsageError if no file can be made where `path` goes: in its folder, or in the nearest
+    folder above it that exists (where its folders would be made). Said before anything is
+    charged; found only at the end, it left a night paid for and nothing delivered."""
+    folder = next((p for p in Path(path).parents if p.exists()), None)
+    if folder is None or not folder.is_dir():
+        return  # a file in the way: said by the caller
+    probe = folder / f".{Path(path).name}.{uuid.uuid4().hex[:12]}.probe"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError as exc:
+        raise UsageError(
+            f"{path}: cannot be written: no file can be made in {folder} "
+            f"({exc.strerror or exc}); nothing was charged. Check the folder's permissions, "
+            "or choose another output (-o)"
+        ) from exc
+    _remove_quietly(probe)
 
 
 @contextlib.contextmanager

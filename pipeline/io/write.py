@@ -16,6 +16,7 @@ import polars as pl
 
 from pipeline.batch.summary import RunSummary
 from pipeline.errors import UsageError
+from pipeline.io.atomic import check_writable
 from pipeline.io.csv_writer import write_csv, write_rejects_csv
 from pipeline.io.parquet_types import with_input_types
 from pipeline.io.parquet_writer import write_parquet
@@ -62,6 +63,7 @@ def check_output_capacity(path: Path, rows: int, columns: int | None = None) -> 
     blocking = next((p for p in path.parents if p.exists()), None)
     if blocking is not None and not blocking.is_dir():
         raise UsageError(f"{path}: cannot be written: {blocking} is a file, not a folder")
+    check_writable(path)
 
 
 def write_output(
