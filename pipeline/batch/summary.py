@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+RUN_TIME = "Run time (s)"
+# A workbook is written before the run ends (its own writing, other outputs, the journal's
+# copies): its figure is the time until the outputs began, and says so.
+RUN_TIME_IN_WORKBOOK = "Run time before the outputs (s)"
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunSummary:
@@ -37,7 +42,7 @@ class RunSummary:
             ("Balance after", self.balance_after),
             ("Workspace", self.workspace),
             ("Started at", self.started_at.isoformat(timespec="seconds")),
-            ("Run time (s)", round(self.duration_s, 2)),
+            (RUN_TIME, round(self.duration_s, 2)),
             ("Exit code", self.exit_code),
         ]
         rows += self.notes

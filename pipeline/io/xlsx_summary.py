@@ -11,7 +11,7 @@ import polars as pl
 from xlsxwriter.workbook import Workbook
 from xlsxwriter.worksheet import Worksheet
 
-from pipeline.batch.summary import RunSummary
+from pipeline.batch.summary import RUN_TIME, RUN_TIME_IN_WORKBOOK, RunSummary
 from pipeline.io.xlsx_styles import COUNT, TONE_OF_VALUE, Formats
 from pipeline.io.xlsx_text import looks_like_formula, reads_right_to_left
 
@@ -42,7 +42,7 @@ def write_summary_sheet(
     summary: RunSummary,
     changes: pl.DataFrame | None,
 ) -> None:
-    lines = summary.lines()
+    lines = [(RUN_TIME_IN_WORKBOOK if k == RUN_TIME else k, v) for k, v in summary.lines()]
     # Column B stays narrow for the count tables; long values (path, fingerprint) overflow
     # into the empty cells to their right.
     sheet.set_column(0, 0, max(24, *(len(label) + 2 for label, _ in lines)))
