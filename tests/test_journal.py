@@ -562,10 +562,17 @@ def test_stale_answers_are_paid_for_again(tmp_path, monkeypatch):
     )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
     job = Job(tmp_path)
-    assert job.score(SAMPLE / "portfolio.csv") == 0
-    assert job.score(SAMPLE / "portfolio.csv") == 0
+    manifest = tmp_path / "manifest.json"
+    assert job.score(SAMPLE / "portfolio.csv", "--manifest", str(manifest)) == 0
+    first = json.loads(manifest.read_text(encoding="utf-8"))["notes"]
+    assert first["Run journal"] == f"new, no earlier answers to reuse: {job.journal}"
+    assert job.score(SAMPLE / "portfolio.csv", "--manifest", str(manifest)) == 0
     assert job.charged() == 2 * DISTINCT_VALID
     assert job.results()["decisions_used"].sum() == DISTINCT_VALID
+    # said, so that an operator knows why an unchanged file was paid again (QA 29)
+    notes = json.loads(manifest.read_text(encoding="utf-8"))["notes"]
+    assert notes["Answers older than 0 days, paid again"] == DISTINCT_VALID
+    assert notes["Reused from the journal (0 decisions)"] == 0 and "Run journal" not in notes
 
 
 def test_a_batch_resent_with_fewer_rows_or_in_another_order_is_not_charged_again(tmp_path):

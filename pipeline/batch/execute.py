@@ -52,6 +52,7 @@ class Triage:
     reuse: pl.DataFrame  # done and fresh: answer from the journal
     in_doubt: pl.DataFrame  # sent or failed before, no answer: resend under the same keys
     new: pl.DataFrame  # never sent (or stale): new keys
+    stale: int = 0  # of `new`, those whose answer went stale (older than freshness_days)
 
 
 def triage(
@@ -69,10 +70,12 @@ def triage(
     fresh_after = now - freshness_days * SECONDS_PER_DAY
     done = (pl.col("state") == "done") & (pl.col("scored_at") >= fresh_after)
     doubt = pl.col("state").is_in(["sent", "failed"])
+    stale = (pl.col("state") == "done") & (pl.col("scored_at") < fresh_after)
     return Triage(
         reuse=joined.filter(done),
         in_doubt=joined.filter(doubt & ~done),
         new=joined.filter(~done.fill_null(False) & ~doubt.fill_null(False)),
+        stale=int(joined.select(stale.sum()).item() or 0),
     )
 
 
@@ -104,6 +107,7 @@ def with_explained_answers(
             reuse=pl.concat([triaged.reuse, found], how="vertical_relaxed"),
             in_doubt=triaged.in_doubt,
             new=triaged.new.filter(~pl.col("request_id").is_in(ids.implode())),
+            stale=triaged.stale,
         ),
         ids,
     )
@@ -147,6 +151,7 @@ class Executor:
     # run's spending counts them), whose charges this run replayed
     replayed: int = 0
     oldest_reused: float = float("inf")  # when the oldest answer reused was scored
+    stale: int = 0  # requests of the scoring pass whose answer went stale: sent again, paid
     # A resumed run (`keep_costs`): when the run it resumes began. The answers it reuses that
     # were recorded before then were paid by earlier runs, not by this job: 0 in the output.
     resumed_since: float | None = None
@@ -166,6 +171,7 @@ class Executor:
             self.explanations_reused += triaged.reuse.height
         else:
             self.reused += triaged.reuse.height
+            self.stale += triaged.stale
         handled = triaged.reuse.height
         stop: tuple[str, str] | None = None
         groups, never_charged = self._doubt_groups(triaged.in_doubt)

@@ -880,7 +880,12 @@ def run_batch(
         unfinished = journal.open_run()
         resuming = unfinished == fingerprint
         if unfinished is not None and not resuming:
-            notes.append(("Input changed since the unfinished run", "unchanged rows reused"))
+            notes.append(
+                ("Input changed since the unfinished run", "its answers to rows still in the "
+                 "file are reused, if fresh")
+            )  # fmt: skip
+        if not journal.holds_answers():  # a renamed input, another workspace: a job anew
+            notes.append(("Run journal", f"new, no earlier answers to reuse: {journal.path}"))
         journal.start_run(fingerprint)
     balance_before = scorer.balance()
     budget = Budget(options.budget)
@@ -916,6 +921,8 @@ def run_batch(
                 ("Budget", "none" if options.budget is None else options.budget),
                 duplicates,
                 ("Reused from the journal (0 decisions)", executor.reused),
+                *([(f"Answers older than {freshness_days:g} days, paid again", executor.stale)]
+                  if executor.stale else []),
                 *([("Explanations reused from the journal", executor.explanations_reused)]
                   if executor.explanations_reused else []),
                 *([("Replayed from an earlier run's charges (not paid again)", executor.replayed)]
