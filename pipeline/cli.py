@@ -146,7 +146,7 @@ def cmd_workspace_entries(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_benchmarks_build(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.engine.benchmarks_build import build
 
-    sources = Path(args.sources) if args.sources else settings.root.parent / "shared" / "data"
+    sources = [Path(s) for s in args.sources] or [settings.root.parent / "shared" / "data"]
     report = build(sources, Path(args.out))
     print("\n".join(report.lines()))
     return 0
@@ -199,7 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     bm = benchmarks.add_subparsers(dest="action", required=True, metavar="ACTION")
     build = bm.add_parser("build", help="build the benchmark table from the official files")
     build.add_argument("--out", required=True, help="benchmarks.csv to write")
-    build.add_argument("sources", nargs="?", help="folder of the official files (../shared/data)")
+    build.add_argument(
+        "sources",
+        nargs="*",
+        help="the official files: their folder (default ../shared/data), or the folders or "
+        "files that hold them",
+    )
     build.set_defaults(handler=cmd_benchmarks_build)
 
     from pipeline.batch.cli import add_nightly_command, add_score_command

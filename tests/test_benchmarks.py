@@ -212,6 +212,22 @@ def test_a_folder_without_the_official_files_is_a_usage_error(tmp_path: Path) ->
     assert not (tmp_path / "benchmarks.csv").exists()
 
 
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="official data not present in ../shared/data")
+def test_the_official_files_may_come_from_several_sources(tmp_path: Path) -> None:
+    """DESIGN.md: `benchmarks build --out PATH [SOURCES...]`: the folders, or the files."""
+    from pipeline.cli import main
+
+    rega = SHARED_DATA / "rega"
+    out = tmp_path / "benchmarks.csv"
+    sources = [SHARED_DATA / "moj" / "moj-sales-2024-clean.csv.gz", rega / "sales-indicators",
+               rega]  # fmt: skip
+    assert main(["benchmarks", "build", "--out", str(out), *map(str, sources)]) == 0
+    for name in ("benchmarks.csv", "market_averages.csv", "type_factors.csv"):
+        assert (tmp_path / name).read_bytes() == (DEFAULT_DIR / name).read_bytes(), name
+    with pytest.raises(UsageError, match=r"data/moj: does not hold the official files \(rega/"):
+        build([SHARED_DATA / "moj"], out)
+
+
 def test_rebuild_is_byte_identical(tmp_path: Path) -> None:
     report = build(SHARED_DATA, tmp_path / "benchmarks.csv")
     for name in ("benchmarks.csv", "market_averages.csv", "type_factors.csv"):

@@ -19,6 +19,7 @@ from the same files is byte-identical.
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -599,28 +600,47 @@ def _finish_type_factors(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def build(sources_dir: Path, out_path: Path) -> BuildReport:
-    """Read the official files under `sources_dir` and write `out_path` (benchmarks.csv)
-    and `market_averages.csv`, `type_factors.csv` beside it."""
-    sources_dir, out_path = Path(sources_dir), Path(out_path)
-    missing = [
-        str(name)
-        for name in (MOJ_FILE, QUARTER_REPORT_FILE, SALES_INDICATORS_DIR)
-        if not (sources_dir / name).exists()
-    ]
+OFFICIAL_FILES = (MOJ_FILE, QUARTER_REPORT_FILE, SALES_INDICATORS_DIR)
+
+
+def official_files(sources: Sequence[Path]) -> dict[Path, Path]:
+    """Where each of OFFICIAL_FILES is among `sources`: folders holding them as published
+    (`data/`: `data/moj/...`), holding them directly (`data/moj`), or the files themselves;
+    the first source that has one wins. UsageError naming those missing."""
+    found: dict[Path, Path] = {}
+    for name in OFFICIAL_FILES:
+        for source in map(Path, sources):
+            place = next(
+                (p for p in (source / name, source / name.name) if p.exists()),
+                source if source.name == name.name and source.exists() else None,
+            )
+            if place is not None:
+                found[name] = place
+                break
+    missing = [str(name) for name in OFFICIAL_FILES if name not in found]
     if missing:
+        named = ", ".join(str(s) for s in sources)
         raise UsageError(
-            f"{sources_dir}: does not hold the official files ({', '.join(missing)} missing); "
-            "pass the folder that does (../shared/data)"
+            f"{named}: does not hold the official files ({', '.join(missing)} missing); "
+            "pass the folder that does (../shared/data), or the files' folders"
         )
-    deeds = read_moj_deeds(sources_dir / MOJ_FILE)
+    return found
+
+
+def build(sources: Path | Sequence[Path], out_path: Path) -> BuildReport:
+    """Read the official files from `sources` (see `official_files`: one folder or several)
+    and write `out_path` (benchmarks.csv) and `market_averages.csv`, `type_factors.csv`
+    beside it."""
+    files = official_files([sources] if isinstance(sources, str | Path) else sources)
+    out_path = Path(out_path)
+    deeds = read_moj_deeds(files[MOJ_FILE])
     urban = deeds.filter(pl.col("classification").is_in(CLASSIFICATIONS))
     # A multi-property deed's price covers all its units but its area may not: price/m2 mixes.
     kept = urban.filter(pl.col("num_properties") == 1)
 
     # Every non-farm category (the type factors' "all types" side); "other" dropped below.
-    report_all = read_quarter_report(sources_dir / QUARTER_REPORT_FILE, all_types=True)
-    indicators_all = read_sales_indicators(sources_dir / SALES_INDICATORS_DIR, all_types=True)
+    report_all = read_quarter_report(files[QUARTER_REPORT_FILE], all_types=True)
+    indicators_all = read_sales_indicators(files[SALES_INDICATORS_DIR], all_types=True)
     quarter_report = report_all.filter(pl.col("type") != "other")
     indicators = indicators_all.filter(pl.col("type") != "other")
     last_report_year = quarter_report["year"].max()
