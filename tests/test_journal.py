@@ -800,12 +800,14 @@ def _changes_listed(book: Path) -> list[tuple[int, str, str]]:
     from pipeline.io.xlsx_summary import CHANGES_TITLE
 
     rows = list(openpyxl.load_workbook(book)["Summary"].iter_rows(values_only=True))
-    start = next(i for i, row in enumerate(rows) if row[0] == CHANGES_TITLE) + 2
+    start = next(i for i, row in enumerate(rows) if row[0] == CHANGES_TITLE) + 1
+    header = rows[start]
+    old, new = header.index("Old verdict"), header.index("New verdict")
     listed = []
-    for row in rows[start:]:
+    for row in rows[start + 1 :]:
         if not isinstance(row[0], int):
             break
-        listed.append((row[0], row[1], row[2]))
+        listed.append((row[0], row[old], row[new]))
     return listed
 
 
@@ -839,6 +841,16 @@ def test_changed_verdicts_follow_listings_however_rows_move(tmp_path):
         if listing in listings["Listing ID"].gather(flips).to_list() and verdict != "match"
     ]
     assert changed == sorted(expected) and len(changed) == 2
+    # beside each row number, the file's first column, to find the listing by (QA 29)
+    import openpyxl
+
+    from pipeline.io.xlsx_summary import CHANGES_TITLE
+
+    rows = list(openpyxl.load_workbook(book)["Summary"].iter_rows(values_only=True))
+    start = next(i for i, row in enumerate(rows) if row[0] == CHANGES_TITLE) + 1
+    assert rows[start][:4] == ("Row", "Listing ID", "Old verdict", "New verdict")
+    ids = dict(zip(second["row_number"], moved["Listing ID"], strict=True))
+    assert [row[1] for row in rows[start + 1 : start + 3]] == [ids[r] for r, _, _ in changed]
 
 
 def test_the_changes_of_a_night_whose_outputs_failed_are_listed_by_its_rerun(tmp_path, monkeypatch):

@@ -785,16 +785,20 @@ _LISTING_SEED = 20261123
 
 
 def changed_verdicts(
-    results: pl.DataFrame, listings: pl.Series, previous: pl.DataFrame
+    results: pl.DataFrame, listings: pl.Series, previous: pl.DataFrame, label: str | None = None
 ) -> pl.DataFrame | None:
     """Rows whose verdict differs from the last verdict of the same listing (`listings`, one
     key per row of `results`; `previous`: `Journal.previous_verdicts`). Listings that occur
-    more than once (tonight or last time) cannot be paired, and are left out."""
+    more than once (tonight or last time) cannot be paired, and are left out. `label`: an
+    input column shown beside the row number (the file's first: an id, a title, an address),
+    as rows move from one night to the next."""
     if previous.is_empty():
         return None
+    labelled = label is not None and label not in ("row_number", "old_verdict", "new_verdict")
     now_verdicts = pl.DataFrame(
         {
             "row_number": results["row_number"],
+            **({label: results[label]} if labelled else {}),
             "new_verdict": results["verdict"],
             "listing": listings,
         }
@@ -807,7 +811,7 @@ def changed_verdicts(
         pl.col("old_verdict").is_not_null()
         & pl.col("new_verdict").is_not_null()
         & (pl.col("old_verdict") != pl.col("new_verdict"))
-    ).select("row_number", "old_verdict", "new_verdict")
+    ).select("row_number", *([label] if labelled else []), "old_verdict", "new_verdict")
 
 
 def _same_file(output: Path, source: Path) -> bool:
@@ -905,7 +909,8 @@ def run_batch(
         changes = None
         if journal is not None:
             previous = journal.previous_verdicts()
-            changes = changed_verdicts(results, listings, previous)
+            label = prepared.raw.columns[0] if prepared.raw.width else None
+            changes = changed_verdicts(results, listings, previous, label)
 
         balance_after = scorer.balance()
         if balance_before is None and balance_after is not None:

@@ -140,18 +140,25 @@ def _insert_verdict_chart(
 def _write_changes(sheet: Worksheet, formats: Formats, at: _Cursor, changes: pl.DataFrame) -> None:
     sheet.write_string(at.take(), 0, CHANGES_TITLE, formats.title)
     header = at.take()
-    for col, name in enumerate(("Row", "Old verdict", "New verdict")):
+    # Row, the input's first column when the run names one (an id to find the listing by,
+    # as rows move between nights), old and new verdict
+    labels = [c for c in changes.columns if c not in ("row_number", "old_verdict", "new_verdict")]
+    for col, name in enumerate(("Row", *labels, "Old verdict", "New verdict")):
         sheet.write_string(header, col, name, formats.header)
     if changes.height == 0:
         sheet.write_string(at.take(), 0, "no verdict changed")
         return
-    frame = changes.select("row_number", "old_verdict", "new_verdict")
+    frame = changes.select("row_number", *labels, "old_verdict", "new_verdict")
     room = EXCEL_LAST_ROW - at.row  # keep the last row for the "more" line
-    for row_number, old, new in frame.head(room).iter_rows():
+    first_verdict = 1 + len(labels)
+    for row_number, *labelled, old, new in frame.head(room).iter_rows():
         row = at.take()
         if row_number is not None:
             sheet.write_number(row, 0, row_number)
-        for col, verdict in ((1, old), (2, new)):
+        for col, text in enumerate(labelled, start=1):
+            if text is not None:
+                _write_text(sheet, formats, row, col, str(text))
+        for col, verdict in ((first_verdict, old), (first_verdict + 1, new)):
             if verdict:
                 tone = TONE_OF_VALUE.get(verdict)
                 sheet.write_string(row, col, verdict, formats.tones[tone] if tone else None)
