@@ -811,23 +811,38 @@ def _changes_listed(book: Path) -> list[tuple[int, str, str]]:
     return listed
 
 
-def test_changed_verdicts_follow_listings_however_rows_move(tmp_path):
-    """A row added at the top, one deleted, the rest sorted anew, two prices edited: the
-    changes are the edited listings whose verdict flipped, named by their new row numbers."""
+def _first_night(tmp_path: Path) -> tuple[Job, pl.DataFrame, Path, Path, list[int]]:
+    """60 listings scored into a workbook (and job.out): the job, the listings, their file,
+    the workbook, and the positions of two listings scored `match`."""
     job = Job(tmp_path)
-    job.out = tmp_path / "scored.parquet"
     listings = read_table(SAMPLE / "portfolio.csv").head(60)
     source = tmp_path / "listings.csv"
     listings.write_csv(source)
     book = tmp_path / "scored.xlsx"
     assert job.score(source, "-o", str(book)) == 0
     first = pl.read_parquet(job.out).with_columns(pl.int_range(pl.len()).alias("i"))
-    flips = first.filter(pl.col("verdict") == "match")["i"].head(2).to_list()
+    return (
+        job,
+        listings,
+        source,
+        book,
+        first.filter(pl.col("verdict") == "match")["i"].head(2).to_list(),
+    )
 
-    edited = listings.with_columns(
-        pl.when(pl.int_range(pl.len()).is_in(flips)).then(pl.lit("99000000"))
+
+def _priced_out(listings: pl.DataFrame, positions: list[int]) -> pl.DataFrame:
+    """`listings` with the listings at `positions` priced past their market: they flip."""
+    return listings.with_columns(
+        pl.when(pl.int_range(pl.len()).is_in(positions)).then(pl.lit("99000000"))
         .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
     )  # fmt: skip
+
+
+def test_changed_verdicts_follow_listings_however_rows_move(tmp_path):
+    """A row added at the top, one deleted, the rest sorted anew, two prices edited: the
+    changes are the edited listings whose verdict flipped, named by their new row numbers."""
+    job, listings, source, book, flips = _first_night(tmp_path)
+    edited = _priced_out(listings, flips)
     moved = pl.concat([listings.head(1), edited.slice(1, 58).reverse()])  # row 60 deleted
     moved.write_csv(source)
     assert job.score(source, "-o", str(book)) == 0
@@ -860,18 +875,8 @@ def test_the_changes_of_a_night_whose_outputs_failed_are_listed_by_its_rerun(tmp
     from pipeline.batch import run as run_module
     from pipeline.errors import OutputError
 
-    job = Job(tmp_path)
-    listings = read_table(SAMPLE / "portfolio.csv").head(60)
-    source = tmp_path / "listings.csv"
-    listings.write_csv(source)
-    book = tmp_path / "scored.xlsx"
-    assert job.score(source, "-o", str(book)) == 0
-    first = pl.read_parquet(job.out).with_columns(pl.int_range(pl.len()).alias("i"))
-    flips = first.filter(pl.col("verdict") == "match")["i"].head(2).to_list()
-    listings.with_columns(
-        pl.when(pl.int_range(pl.len()).is_in(flips)).then(pl.lit("99000000"))
-        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
-    ).write_csv(source)  # fmt: skip
+    job, listings, source, book, flips = _first_night(tmp_path)
+    _priced_out(listings, flips).write_csv(source)
 
     write_output = run_module.write_output
 
