@@ -1254,13 +1254,16 @@ def test_places_without_a_benchmark_of_their_own_are_named_before_paying(tmp_pat
         "الرياض,حي لا يعرف,villa,3200000,400\n"
         "الرياض,حي لا يعرف,villa,3300000,400\n"
         "مدينة لا تعرف,,villa,3200000,400\n"
+        "مدينة لا تعرف,حي,villa,3200000,400\n"
+        "مدينة لا تعرف,حي آخر,villa,3200000,400\n"
         "Riyadh,,villa,3200000,400\n",
         encoding="utf-8",
     )
+    # a city not found is named once, whatever districts its rows give (QA round 30)
     said = (
-        "3 row(s): district 'حي لا يعرف' in الرياض (2); city 'مدينة لا تعرف' (1). A district "
-        "not found is scored against its city's benchmark, a city not found against the "
-        "national average: check the spelling"
+        "5 row(s): city 'مدينة لا تعرف' (3); district 'حي لا يعرف' in الرياض (2). A district "
+        "not found is scored against its city's benchmark; a city not found has none (a "
+        "neutral price score, the size compared with the national average): check the spelling"
     )
     capsys.readouterr()
     assert score(db, str(source), "--dry-run", "--json") == 0

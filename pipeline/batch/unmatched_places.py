@@ -1,10 +1,11 @@
 """Places the benchmark tables do not know, said before paying (the dry run) and in the summary.
 
 A district the tables do not know is scored against its city's benchmark, and a city they do
-not know against the national average: documented, but a listing's verdict can swing from
-match to no_match on a spelling, and the output says so only in the paid explanation (risk
-flag `city_level_benchmark`). The summary names the places, most rows first, so an analyst can
-fix a spelling (or a column mapping) before paying, or know which verdicts stand on less.
+not know has none (a neutral price score, its size against the national average):
+documented, but a listing's verdict can swing from match to no_match on a spelling, and the
+output says so only in the paid explanation (risk flag `city_level_benchmark`). The summary
+names the places, most rows first, so an analyst can fix a spelling (or a column mapping)
+before paying, or know which verdicts stand on less.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def unmatched_places(requests: pl.DataFrame, table: BenchmarkTable) -> tuple[str
     )
     if missing.is_empty():
         return None
+    # A city not found is one place, whatever districts its rows name
+    missing = (
+        missing.with_columns(district=pl.when(pl.col("level").is_not_null()).then("district"))
+        .group_by("city", "district", "level")
+        .agg(pl.col("rows").sum())
+    )
     missing = missing.sort(["rows", "city", "district"], descending=[True, False, False])
     named = [_place(row) for row in missing.head(SHOWN).iter_rows(named=True)]
     more = missing.height - SHOWN
@@ -42,7 +49,8 @@ def unmatched_places(requests: pl.DataFrame, table: BenchmarkTable) -> tuple[str
     return (
         NOTE,
         f"{rows} row(s): {listed}. A district not found is scored against its city's "
-        "benchmark, a city not found against the national average: check the spelling",
+        "benchmark; a city not found has none (a neutral price score, the size compared "
+        "with the national average): check the spelling",
     )
 
 

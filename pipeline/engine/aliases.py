@@ -20,12 +20,14 @@ from pipeline.engine.names import normalize_name, normalize_name_expr
 # Joins a city key and a district key into one string key; neither can contain it.
 _SEP = "\x1f"
 # Words around a city's name that name no other city: "مدينة الرياض", "محافظة الخرج",
-# "Riyadh City", "City of Riyadh", "Al Kharj Governorate" (normalised: ة -> ه, lower case).
+# "Riyadh City", "City of Riyadh", "Al Kharj Governorate", and the region named after its
+# capital ("منطقة الرياض", "Riyadh Region": its capital's benchmark, the one the table has)
+# (normalised: ة -> ه, lower case).
 # No city of the table begins or ends so; districts can ("مدينة العمال"), so they keep them.
 # The country after a city: "الرياض، السعودية", "Riyadh, Saudi Arabia", "Riyadh City, KSA".
 COUNTRY = r"(?:saudi arabia|kingdom of saudi arabia|ksa|السعوديه|المملكه العربيه السعوديه)"
-CITY_BEFORE = r"(?:مدينه|محافظه|city of|governorate of)"
-CITY_AFTER = r"(?:city|governorate)"
+CITY_BEFORE = r"(?:مدينه|محافظه|منطقه|city of|governorate of|region of|province of)"
+CITY_AFTER = r"(?:city|governorate|region|province)"
 _CITY_WORDS = rf"^{CITY_BEFORE} | {CITY_AFTER}(?: {COUNTRY})?$| {COUNTRY}$"
 
 
@@ -116,10 +118,31 @@ def load_aliases() -> Aliases:
     return parse_aliases(text)
 
 
+# A city written in both scripts ("Riyadh - الرياض", "جدة Jeddah"): each half is looked up,
+# and the name is the city when both name the same one.
+_LATIN = r"[a-z0-9]+"
+_ARABIC = r"[\u0600-\u06ff]+"
+
+
 @lru_cache(maxsize=8192)  # the service sees the same few hundred places again and again
 def city_key(name: str | None) -> str | None:
     """The benchmark-table city key of one city name."""
     key = normalize_name(name)
+    if key is None:
+        return None
+    if re.search(_LATIN, key) and re.search(_ARABIC, key):
+        latin, arabic = (
+            _city_alias(re.sub(_ARABIC, " ", key)),
+            _city_alias(re.sub(_LATIN, " ", key)),
+        )
+        if latin is not None and latin == arabic:
+            return latin
+    return _city_alias(key) or key
+
+
+def _city_alias(text: str) -> str | None:
+    """The city key of a name already normalised, the words around a city's name left out."""
+    key = normalize_name(text)
     if key is None:
         return None
     bare = re.sub(_CITY_WORDS, "", key)
@@ -149,6 +172,15 @@ def district_alias(key: str | None, city: str | None = None) -> str | None:
 def city_key_expr(expr: pl.Expr) -> pl.Expr:
     """`city_key` over a column of city names."""
     key = normalize_name_expr(expr)
+    both = key.str.contains(_LATIN) & key.str.contains(_ARABIC)
+    latin = _city_alias_expr(key.str.replace_all(_ARABIC, " "))
+    arabic = _city_alias_expr(key.str.replace_all(_LATIN, " "))
+    return pl.when(both & (latin == arabic)).then(latin).otherwise(_city_alias_expr(key))
+
+
+def _city_alias_expr(text: pl.Expr) -> pl.Expr:
+    """`_city_alias` over a column."""
+    key = normalize_name_expr(text)
     bare = key.str.replace_all(_CITY_WORDS, "")
     stripped = pl.when(bare == key).then(key).otherwise(normalize_name_expr(bare))
     return pl.when(bare != "").then(stripped).otherwise(key).replace(load_aliases().cities)

@@ -16,10 +16,13 @@ The steps, in order (both implementations follow them exactly):
 3. Fold letters and digits: `ٱ` -> `ا`, `ى ی` -> `ي`, `ک` -> `ك`, `ة` -> `ه`, a lone hamza
    `ء` is dropped (REGA writes الصفا where MOJ writes الصفاء), Arabic-Indic and Persian
    digits -> ASCII. Apostrophes vanish (`Ha'il` -> `hail`); hyphens, dots,
-   commas, slashes and brackets become spaces.
+   commas, colons, semicolons, slashes and brackets become spaces (`حي: الملقا`). (The
+   article typed apart, `ال ملقا`, is not joined: `آل` (a family's name) folds to the same
+   letters, and districts are named so: `آل أبو شوحطة`.)
 4. Collapse whitespace and trim.
-5. Drop leading `حي` and English articles (`al`, `el` and the assimilated `ar as ash ad
-   at az an adh ath`), and a trailing `district` / `dist` / `neighborhood` / `حي`.
+5. Drop leading `حي` (`hay` in English) and English articles (`al`, `el` and the
+   assimilated `ar as ash ad at az an adh ath`), and a trailing `district` / `dist` /
+   `neighborhood` / `حي` or postal code (five digits).
 
 The whitespace class is spelled out rather than `\\s`, because Python's and Rust's regex
 engines disagree on a few control characters. Marks are judged by the Unicode database of
@@ -53,7 +56,7 @@ _FOLD: dict[str, str] = {
     **{chr(0x0660 + i): str(i) for i in range(10)},  # Arabic-Indic digits
     **{chr(0x06F0 + i): str(i) for i in range(10)},  # Persian digits
     **dict.fromkeys("'`\u2018\u2019\u02bc\u02bb\u00b4", ""),
-    **dict.fromkeys('-_.,\u060c/\\()[]"\u2010\u2011\u2012\u2013\u2014', " "),
+    **dict.fromkeys('-_.,\u060c/\\()[]"\u2010\u2011\u2012\u2013\u2014:;\u061b', " "),
 }
 
 # What polars' strip_chars() removes (Unicode White_Space): str.strip(STRIP_WHITESPACE)
@@ -63,13 +66,16 @@ STRIP_WHITESPACE = (
     "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 _WS = r"[\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
-_PREFIX = r"^(?:(?:حي|al|el|ar|as|ash|ad|at|az|an|adh|ath) )+"
+# `hay`: حي as English spells it ("Hay Al Malqa")
+_PREFIX = r"^(?:(?:حي|hay|hayy|hai|al|el|ar|as|ash|ad|at|az|an|adh|ath) )+"
 _SUFFIX_WORDS = ("district", "dist", "neighborhood", "neighbourhood", "حي")
-_SUFFIX = rf"(?: (?:{'|'.join(_SUFFIX_WORDS)}))+$"
+_POSTCODE = "[0-9]{5}"  # a Saudi postal code after the name ("Al Malqa, Riyadh 13521")
+_SUFFIX = rf"(?: (?:{'|'.join(_SUFFIX_WORDS)}|{_POSTCODE}))+$"
 
 _TRANSLATE = str.maketrans({**_FOLD, **dict.fromkeys(_INVISIBLE, "")})
 _WS_RE = re.compile(_WS)
 _PREFIX_RE = re.compile(_PREFIX)
+_POSTCODE_RE = re.compile(_POSTCODE)
 
 
 def normalize_name(s: str | None) -> str | None:
@@ -92,7 +98,7 @@ def _without_suffixes(s: str) -> str:
     backtrack)."""
     while True:
         head, space, word = s.rpartition(" ")
-        if not space or word not in _SUFFIX_WORDS:
+        if not space or not (word in _SUFFIX_WORDS or _POSTCODE_RE.fullmatch(word)):
             return s
         s = head
 

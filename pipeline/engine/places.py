@@ -51,6 +51,7 @@ _SEP = "\x1f"
 _DIRECTION = r"(?:(?:شمال|جنوب|شرق|غرب|وسط|(?:north|south|east|west|central)(?: of)?) )"
 # The articles normalize_name drops before a name, here before a city after the district.
 _ENGLISH_ARTICLE = r"(?:(?:al|el|ar|as|ash|ad|at|az|an|adh|ath) )"
+_IN = r"(?:في|in)"  # "الملقا في الرياض", "Al Malqa in Riyadh"
 # Spellings put into the patterns as they are: letters and digits in words (all normalised
 # city names are); anything else would need escaping the two regex engines may read apart.
 _PLAIN = re.compile(r"[^\W_]+(?: [^\W_]+)*")
@@ -111,9 +112,10 @@ class Places:
         names = "|".join(spellings)
         # Tried in this order: the city at the end (a district may end with a direction
         # word: ظهرة العودة شرق), after a direction word, at the start. The district part is
-        # lazy, so an English article goes with the city ("malqa ar riyadh").
+        # lazy, so an English article goes with the city ("malqa ar riyadh"). The city may
+        # follow "in": في الرياض, بالرياض, "in riyadh".
         at_end = (
-            rf"(?:{CITY_BEFORE} )?{_ENGLISH_ARTICLE}?(?P<city>{names})"
+            rf"(?:{_IN} )?(?:{CITY_BEFORE} )?(?:ب)?{_ENGLISH_ARTICLE}?(?P<city>{names})"
             rf"(?: {CITY_AFTER})?(?: {COUNTRY})?$"
         )
         self.patterns = (
