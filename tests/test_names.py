@@ -191,6 +191,11 @@ def test_key_exprs_match_scalars() -> None:
                 "مدينة الرياض",
                 "City",
                 "Governorate of Al Kharj",
+                # both scripts, naming one city or two; a region; a postal code (QA 30)
+                "Riyadh - الرياض",
+                "Riyadh - جدة",
+                "منطقة الرياض",
+                "Al Riyadh Region 12345",
             ],
             "district": [
                 "Al Safa",
@@ -202,6 +207,10 @@ def test_key_exprs_match_scalars() -> None:
                 "مدينة العمال",
                 "Al Malqa",
                 None,
+                "Hay Al Malqa",
+                "Al Malqa",
+                "حي: الملقا",
+                "Al Malqa 13521",
             ],
         }
     )
@@ -212,6 +221,7 @@ def test_key_exprs_match_scalars() -> None:
     expected_d = [district_key(d, c) for d, c in zip(frame["district"], expected_c, strict=True)]
     assert out["ck"].to_list() == expected_c
     assert out["dk"].to_list() == expected_d
+    assert expected_c[-4:] == ["الرياض", "riyadh جده", "الرياض", "الرياض"]
 
 
 def test_words_naming_a_city_are_dropped_from_cities_only() -> None:

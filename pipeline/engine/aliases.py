@@ -15,7 +15,12 @@ from importlib import resources
 
 import polars as pl
 
-from pipeline.engine.names import normalize_name, normalize_name_expr
+from pipeline.engine.names import (
+    normalize_name,
+    normalize_name_expr,
+    strip_affixes,
+    strip_affixes_expr,
+)
 
 # Joins a city key and a district key into one string key; neither can contain it.
 _SEP = "\x1f"
@@ -131,24 +136,25 @@ def city_key(name: str | None) -> str | None:
     if key is None:
         return None
     if re.search(_LATIN, key) and re.search(_ARABIC, key):
-        latin, arabic = (
-            _city_alias(re.sub(_ARABIC, " ", key)),
-            _city_alias(re.sub(_LATIN, " ", key)),
-        )
-        if latin is not None and latin == arabic:
+        latin = _city_alias(_again(re.sub(_ARABIC, " ", key)))
+        if latin is not None and latin == _city_alias(_again(re.sub(_LATIN, " ", key))):
             return latin
-    return _city_alias(key) or key
+    return _city_alias(key)
 
 
-def _city_alias(text: str) -> str | None:
+def _city_alias(key: str | None) -> str | None:
     """The city key of a name already normalised, the words around a city's name left out."""
-    key = normalize_name(text)
     if key is None:
         return None
     bare = re.sub(_CITY_WORDS, "", key)
     if bare and bare != key:  # normalised again: "governorate of al kharj" -> "kharj"
-        key = normalize_name(bare) or key
+        key = _again(bare) or key
     return load_aliases().cities.get(key, key)
+
+
+def _again(text: str) -> str | None:
+    """`normalize_name` of a normalised name with words taken out: spaces and affixes."""
+    return strip_affixes(re.sub(" +", " ", text).strip(" "))
 
 
 @lru_cache(maxsize=8192)
@@ -172,18 +178,23 @@ def district_alias(key: str | None, city: str | None = None) -> str | None:
 def city_key_expr(expr: pl.Expr) -> pl.Expr:
     """`city_key` over a column of city names."""
     key = normalize_name_expr(expr)
-    both = key.str.contains(_LATIN) & key.str.contains(_ARABIC)
-    latin = _city_alias_expr(key.str.replace_all(_ARABIC, " "))
-    arabic = _city_alias_expr(key.str.replace_all(_LATIN, " "))
-    return pl.when(both & (latin == arabic)).then(latin).otherwise(_city_alias_expr(key))
+    # only names in both scripts are split (null elsewhere: the string functions skip nulls)
+    mixed = pl.when(key.str.contains(_LATIN) & key.str.contains(_ARABIC)).then(key)
+    latin = _city_alias_expr(_again_expr(mixed.str.replace_all(_ARABIC, " ")))
+    arabic = _city_alias_expr(_again_expr(mixed.str.replace_all(_LATIN, " ")))
+    return pl.when(latin == arabic).then(latin).otherwise(_city_alias_expr(key))
 
 
-def _city_alias_expr(text: pl.Expr) -> pl.Expr:
+def _city_alias_expr(key: pl.Expr) -> pl.Expr:
     """`_city_alias` over a column."""
-    key = normalize_name_expr(text)
     bare = key.str.replace_all(_CITY_WORDS, "")
-    stripped = pl.when(bare == key).then(key).otherwise(normalize_name_expr(bare))
+    stripped = pl.when(bare == key).then(key).otherwise(_again_expr(bare))
     return pl.when(bare != "").then(stripped).otherwise(key).replace(load_aliases().cities)
+
+
+def _again_expr(text: pl.Expr) -> pl.Expr:
+    """`_again` over a column."""
+    return strip_affixes_expr(text.str.replace_all(" +", " ").str.strip_chars(" "))
 
 
 def district_key_expr(expr: pl.Expr, city_key: pl.Expr | None = None) -> pl.Expr:

@@ -129,6 +129,15 @@ class BuildReport:
         ]
 
 
+def _with_city_keys(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """`frame` with `city_key`, the key of its `column`: worked out once per city name (the
+    files repeat a few hundred names over hundreds of thousands of rows)."""
+    names = frame.select(pl.col(column).unique()).with_columns(
+        city_key=city_key_expr(pl.col(column))
+    )
+    return frame.join(names, on=column, how="left", maintain_order="left")
+
+
 def read_moj_deeds(path: Path) -> pl.DataFrame:
     """MOJ deeds with their keys: city_key, district_key (null when no district is named),
     city_ar, district_ar, classification, num_properties, price_per_sqm."""
@@ -139,10 +148,13 @@ def read_moj_deeds(path: Path) -> pl.DataFrame:
     )
     # district_ar is written "city/district"; the city part repeats city_ar.
     district = pl.col("district_ar").str.split_exact("/", 1).struct.field("field_1")
-    deeds = deeds.with_columns(
-        pl.col("city_ar").str.strip_chars(),
-        district.str.strip_chars().alias("district_ar"),
-    ).with_columns(city_key=city_key_expr(pl.col("city_ar")))
+    deeds = _with_city_keys(
+        deeds.with_columns(
+            pl.col("city_ar").str.strip_chars(),
+            district.str.strip_chars().alias("district_ar"),
+        ),
+        "city_ar",
+    )
     deeds = deeds.with_columns(
         district_key=district_key_expr(pl.col("district_ar"), pl.col("city_key"))
     )
@@ -215,10 +227,7 @@ def _rega_cells(frame: pl.DataFrame, *, all_types: bool = False) -> pl.DataFrame
         farmland = _is_agricultural(pl.col("rega_type"), pl.col("rega_class"))
         spec_type = pl.when(farmland).then(None).otherwise(spec_type.fill_null("other"))
     return (
-        frame.with_columns(
-            city_key=city_key_expr(pl.col("city")),
-            type=spec_type,
-        )
+        _with_city_keys(frame.with_columns(type=spec_type), "city")
         .with_columns(district_key=district_key_expr(pl.col("district"), pl.col("city_key")))
         .with_columns(
             district_key=pl.when(~pl.col("district_key").is_in(list(NOT_A_DISTRICT))).then(

@@ -14,8 +14,9 @@ the table in ways no alias lists; for a key the table does not hold, these are t
    country, or not) or at the start is dropped only when it names the row's own city, and
    only if what is left is a district of that city (as written, or by step 1).
 
-`Places.city` / `Places.district` (one name, Python) and `Places.with_keys` (columns,
-polars expressions) follow the same steps; a test holds them to the same keys.
+`Places.city` / `Places.district` (one name, Python) and `Places.with_keys` (columns: each
+city name once through `Places.city`, the districts by polars expressions) follow the same
+steps; a test holds them to the same keys.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from pipeline.engine.aliases import (
     CITY_BEFORE,
     COUNTRY,
     city_key,
-    city_key_expr,
     district_alias,
     district_alias_expr,
     district_key,
@@ -157,19 +157,19 @@ class Places:
                     return found
         return key
 
-    def city_expr(self, expr: pl.Expr) -> pl.Expr:
-        """`Places.city` over a column of city names."""
-        return city_key_expr(expr).replace(self.city_variants)
-
     def with_keys(self, frame: pl.DataFrame, city: str, district: str) -> pl.DataFrame:
         """`frame` with `city_key` and `district_key`: `Places.city` and `Places.district` of
         its columns `city` and `district` (each name normalised once: the costly part)."""
         text = "_places_text"
+        # Each city name once, in Python (`Places.city`, cached): a file's places name a few
+        # cities many times over, and the expression's regexes cost more to build than that.
+        names = frame[city].unique()
+        cities = pl.DataFrame(
+            {city: names, "city_key": pl.Series([self.city(n) for n in names], dtype=pl.String)}
+        )
         return (
-            frame.with_columns(
-                city_key=self.city_expr(pl.col(city)),
-                **{text: normalize_name_expr(pl.col(district))},
-            )
+            frame.join(cities, on=city, how="left", maintain_order="left", nulls_equal=True)
+            .with_columns(**{text: normalize_name_expr(pl.col(district))})
             .with_columns(district_key=self._district_expr(pl.col(text), pl.col("city_key")))
             .drop(text)
         )
