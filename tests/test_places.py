@@ -124,6 +124,18 @@ def test_districts_by_the_plain_names_moj_writes_longer(
     assert body == villa(engine, city, official) != villa(engine, city, None)
 
 
+def test_a_final_alef_written_as_alef_maqsura(engine: Engine, places: Places) -> None:
+    """QA round 30: الملقى and الصفى fell back to Riyadh's benchmark. A final ya written as
+    alef is left alone: السويدا is السويداء, not السويدي."""
+    assert villa(engine, "Riyadh", "الملقى") == villa(engine, "Riyadh", "الملقا")
+    assert villa(engine, "Riyadh", "حي الصفى، الرياض") == villa(engine, "Riyadh", "الصفا")
+    assert (
+        villa(engine, "Riyadh", "السويدا")["benchmark"]
+        == villa(engine, "Riyadh", None)["benchmark"]
+    )
+    assert places.final_letter_variants == 87
+
+
 def test_a_city_in_both_scripts_is_one_only_when_both_name_it(engine: Engine) -> None:
     assert villa(engine, "Riyadh - جدة", None)["benchmark"] is None
 

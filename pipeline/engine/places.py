@@ -7,7 +7,8 @@ the table in ways no alias lists; for a key the table does not hold, these are t
 1. The Arabic article, which English spellings may already leave out (`Malqa`): `ملقا` finds
    `الملقا`, `رياض` finds `الرياض`, and `النمار` finds `نمار`. A spelling that is itself a
    place of the table keeps naming that place (`collisions` lists such pairs: a city with
-   both `الX` and `X` as districts).
+   both `الX` and `X` as districts). Then a district's final alef written as alef maqsura
+   (`الملقى`), where that spelling names nothing else in its city.
 2. A district written with its city: `الملقا، الرياض`, `الرياض - الملقا`, `Al-Malqa, Riyadh`,
    `الملقا (شمال الرياض)`, `الملقا، مدينة الرياض، السعودية`. A known city's name at the end
    (after a direction word, `شمال`, `north`..., or not; with its `مدينة` / `city` and the
@@ -86,6 +87,16 @@ def _article_map(places: set[str]) -> tuple[dict[str, str], list[tuple[str, str]
     return found, clashes
 
 
+def final_letter_variant(key: str) -> str | None:
+    """An Arabic key ending in alef, with the alef written as alef maqsura (ى, which folds to
+    ي): a common slip (الملقى for الملقا, الصفى for الصفا). Not the other way: a name ending
+    in ya (السويدي) written with alef is another name (السويداء). None for a key that is not
+    Arabic or ends otherwise."""
+    if not "\u0620" <= key[:1] <= "\u064a" or len(key) < 3 or not key.endswith("\u0627"):
+        return None
+    return key[:-1] + "\u064a"
+
+
 class Places:
     """The cities and districts of one benchmark table, and the keys other spellings of
     them resolve to (see the module docstring)."""
@@ -99,12 +110,25 @@ class Places:
         # city<SEP>spelling -> district key: each district by its key and its article variant.
         self.districts: dict[str, str] = {}
         self.district_variants = 0
+        self.final_letter_variants = 0
         for city, districts in sorted(by_city.items()):
             variants, clashes = _article_map(districts)
             self.districts |= {f"{city}{_SEP}{d}": d for d in districts}
             self.districts |= {f"{city}{_SEP}{v}": d for v, d in variants.items()}
             self.district_variants += len(variants)
             self.collisions += [(f"{city}/{v}", f"{city}/{d}") for v, d in clashes]
+        # Then each district by its final alef's slip, where that names no other spelling of
+        # its city and no two districts.
+        for city, districts in sorted(by_city.items()):
+            named: dict[str, set[str]] = {}
+            for district in districts:
+                variant = final_letter_variant(district)
+                if variant is not None:
+                    named.setdefault(f"{city}{_SEP}{variant}", set()).add(district)
+            for spelling, targets in named.items():
+                if len(targets) == 1 and spelling not in self.districts:
+                    self.districts[spelling] = next(iter(targets))
+                    self.final_letter_variants += 1
         spellings = sorted(
             filter(_PLAIN.fullmatch, {*cities, *self.city_variants, *load_aliases().cities}),
             key=lambda s: (-len(s), s),
