@@ -96,7 +96,13 @@ def cmd_workspace_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_workspace_topup(args: argparse.Namespace, settings: Settings) -> int:
-    _show(_ledger(args, settings).topup(args.name, args.amount))
+    from pipeline.ledger.sqlite import open_ledger
+
+    # The local workspace of a --db ledger is made by its first charge: a run that could pay
+    # nothing advises a top-up of it, which makes it as well.
+    local = args.name == settings.ledger.workspace
+    ledger = open_ledger(settings, args.db, charges_local=local, must_exist=True)
+    _show(ledger.topup(args.name, args.amount))
     return 0
 
 

@@ -175,6 +175,13 @@ def test_the_local_workspace_is_opened_in_a_named_ledger_by_its_first_charge_onl
     stdin({**VILLA, "property": {**VILLA["property"], "price": -1}})
     assert main(["decide", "-", "--db", db]) == 1
     assert local_workspace() is None
+    # a run that could pay nothing advises a top-up of it: that makes it too (QA 31)
+    other = str(tmp_path / "other.db")
+    assert main(["workspace", "create", "team", "--balance", "1", "--db", other]) == 0
+    assert main(["workspace", "topup", "local", "1000", "--db", other]) == 0
+    capsys.readouterr()
+    assert main(["workspace", "show", "local", "--db", other]) == 0
+    assert json.loads(capsys.readouterr().out)["balance"] == 101_000
 
     assert main(["score", str(listing), "-o", str(tmp_path / "o.csv"), "--db", db]) == 0
     assert local_workspace() == {"workspace": "local", "balance": 99_999}

@@ -978,6 +978,23 @@ def test_a_resumed_run_counts_in_its_output_what_its_job_paid_not_what_earlier_n
     assert results.filter(pl.col("Listing ID").str.ends_with("-0"))["decisions_used"].sum() == 0
 
 
+def test_a_run_begun_by_a_version_before_says_its_output_counts_earlier_runs_costs(tmp_path):
+    """QA round 31: a run stopped under the version before, which did not record when it
+    began, and resumed now: its output's decisions_used counts earlier nights' answers too.
+    It says so."""
+    job = Job(tmp_path)
+    assert job.score(_portfolio(tmp_path, copies=1)) == 0
+    (tmp_path / "tonight").mkdir()
+    tonight = _portfolio(tmp_path / "tonight", copies=2)
+    assert job.score(tonight, "--budget", "100") == 3
+    with sqlite3.connect(job.journal) as db:  # as the version before left it
+        db.execute("DELETE FROM meta WHERE name = 'open_run_since'")
+    manifest = tmp_path / "manifest.json"
+    assert job.score(tonight, "--manifest", str(manifest)) == 0
+    notes = json.loads(manifest.read_text(encoding="utf-8"))["notes"]
+    assert notes["Decisions used (a run resumed)"].startswith("begun by a version before")
+
+
 def test_a_listing_skipped_tonight_keeps_its_last_verdict_for_the_next_comparison(tmp_path):
     from pipeline.batch.journal import Journal
 

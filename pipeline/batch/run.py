@@ -685,6 +685,11 @@ def _typed_input(options: BatchOptions) -> pl.DataFrame | None:
     return typed_input(options.input)
 
 
+RESUMED_FROM_BEFORE = (
+    "Decisions used (a run resumed)",
+    "begun by a version before 2026-11-25: rows answered from the journal show their cost, "
+    "whenever it was paid (earlier runs' too); the ledger's entries have the account",
+)
 VERDICTS_NOT_KEPT = (
     f"{WARNING} this run's verdicts were not kept",
     "the next run lists no verdicts changed since this one",
@@ -896,6 +901,8 @@ def run_batch(
     executor = Executor(scorer, journal, budget)
     if resuming and journal is not None:
         executor.resumed_since = journal.open_run_since()
+        if executor.resumed_since is None:  # begun by a version that did not record it
+            notes.append(RESUMED_FROM_BEFORE)
     context = RunContext(options, prepared.raw, freshness_days, resuming)
     with _stop_records_spend(budget, balance_before):
         with ThreadPoolExecutor(max_workers=1) as aside:

@@ -52,10 +52,6 @@ CREATE TABLE IF NOT EXISTS entries (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_by_workspace ON entries(workspace_id, id);
--- A charge is refunded at most once. A partial index, so that a charge's commit writes no page
--- of it (a ledger made before keeps the UNIQUE of its refund_of column as well).
-CREATE UNIQUE INDEX IF NOT EXISTS entries_refunded ON entries(refund_of)
-    WHERE refund_of IS NOT NULL;
 CREATE TABLE IF NOT EXISTS idempotency (
     workspace_id INTEGER NOT NULL REFERENCES workspaces(id),
     key TEXT NOT NULL,
@@ -67,6 +63,23 @@ CREATE TABLE IF NOT EXISTS idempotency (
     PRIMARY KEY (workspace_id, key)
 );
 """
+
+
+# A charge is refunded at most once. A partial index, so that a charge's commit writes no page
+# of it; a ledger made before 2026-11-25 has the UNIQUE of its refund_of column instead.
+_REFUNDED_ONCE = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS entries_refunded ON entries(refund_of)"
+    " WHERE refund_of IS NOT NULL"
+)
+
+
+def _refunds_unique(db: sqlite3.Connection) -> bool:
+    """Whether `entries` has a unique index on refund_of (the partial one, or the column's)."""
+    for _, name, unique, *_ in db.execute("PRAGMA index_list(entries)").fetchall():
+        columns = [row[2] for row in db.execute(f"PRAGMA index_info({name!r})").fetchall()]
+        if unique and columns == ["refund_of"]:
+            return True
+    return False
 
 
 class SqliteLedger:
@@ -85,7 +98,10 @@ class SqliteLedger:
         self.stale_in_flight_s = stale_in_flight_s
         self.opened_by_first_charge = opened_by_first_charge
         self._connections = ThreadConnections(self.path, busy_timeout_ms=busy_timeout_ms)
-        self._connection().executescript(_SCHEMA)
+        db = self._connection()
+        db.executescript(_SCHEMA)  # no write on a ledger that has them: one read-only opens
+        if not _refunds_unique(db):
+            db.execute(_REFUNDED_ONCE)
 
     # -- connections -------------------------------------------------------------------------
 
@@ -159,8 +175,9 @@ class SqliteLedger:
         opened = self.opened_by_first_charge
         return opened if opened is not None and opened.name == name else None
 
-    def _row_to_charge(self, db: sqlite3.Connection, name: str) -> tuple[int, int]:
-        """`_row`, the workspace opened first if it is the one opened by its first charge."""
+    def _row_to_pay(self, db: sqlite3.Connection, name: str) -> tuple[int, int]:
+        """`_row`, the workspace opened first if it is the one opened by its first charge (or
+        top-up)."""
         try:
             return self._row(db, name)
         except UnknownWorkspace:
@@ -174,7 +191,7 @@ class SqliteLedger:
         if amount <= 0:
             raise UsageError("a top-up must be a positive number of decisions")
         with self._transaction() as db:
-            workspace_id, balance = self._row(db, name)
+            workspace_id, balance = self._row_to_pay(db, name)
             if amount > MAX_BALANCE - balance:
                 raise UsageError(
                     f"workspace {name!r} holds {balance:,} decisions; a balance can be at most "
@@ -303,7 +320,7 @@ class SqliteLedger:
             for workspace, request in charges:
                 try:
                     if workspace not in balances:
-                        balances[workspace] = self._row_to_charge(db, workspace)
+                        balances[workspace] = self._row_to_pay(db, workspace)
                     workspace_id, balance = balances[workspace]
                     charge = self._earlier(db, workspace_id, request) or self._charge_in(
                         db, workspace_id, balance, request
