@@ -23,7 +23,7 @@ steps; a test holds them to the same keys.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cached_property, lru_cache
 
 import polars as pl
@@ -69,12 +69,15 @@ def article_variant(key: str) -> str | None:
     return None
 
 
-def _article_map(places: set[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
-    """variant -> place for the places whose article variant names no other place, and the
-    (variant, place) pairs left out because the variant is a place of its own."""
+def _variant_map(
+    places: set[str], variant_of: Callable[[str], str | None] = article_variant
+) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """variant -> place for the places whose variant (`variant_of`: the article's, by
+    default) names no other place, and the (variant, place) pairs left out because the
+    variant is a place of its own or the variant of two."""
     named: dict[str, set[str]] = {}
     for place in places:
-        variant = article_variant(place)
+        variant = variant_of(place)
         if variant is not None:
             named.setdefault(variant, set()).add(place)
     found: dict[str, str] = {}
@@ -103,7 +106,7 @@ class Places:
 
     def __init__(self, city_keys: Iterable[str], district_keys: Iterable[tuple[str, str]]):
         cities = set(city_keys)
-        self.city_variants, self.collisions = _article_map(cities)
+        self.city_variants, self.collisions = _variant_map(cities)
         by_city: dict[str, set[str]] = {}
         for city, district in district_keys:
             by_city.setdefault(city, set()).add(district)
@@ -112,23 +115,21 @@ class Places:
         self.district_variants = 0
         self.final_letter_variants = 0
         for city, districts in sorted(by_city.items()):
-            variants, clashes = _article_map(districts)
+            variants, clashes = _variant_map(districts)
             self.districts |= {f"{city}{_SEP}{d}": d for d in districts}
             self.districts |= {f"{city}{_SEP}{v}": d for v, d in variants.items()}
             self.district_variants += len(variants)
             self.collisions += [(f"{city}/{v}", f"{city}/{d}") for v, d in clashes]
-        # Then each district by its final alef's slip, where that names no other spelling of
-        # its city and no two districts.
-        for city, districts in sorted(by_city.items()):
-            named: dict[str, set[str]] = {}
-            for district in districts:
-                variant = final_letter_variant(district)
-                if variant is not None:
-                    named.setdefault(f"{city}{_SEP}{variant}", set()).add(district)
-            for spelling, targets in named.items():
-                if len(targets) == 1 and spelling not in self.districts:
-                    self.districts[spelling] = next(iter(targets))
-                    self.final_letter_variants += 1
+            # Then by its final alef's slip, where that names no other spelling of its city
+            # (its clashes left unlisted: `collisions` are the article's).
+            slips, _ = _variant_map(districts, final_letter_variant)
+            slips = {
+                spelling: d
+                for v, d in slips.items()
+                if (spelling := f"{city}{_SEP}{v}") not in self.districts
+            }
+            self.districts |= slips
+            self.final_letter_variants += len(slips)
         spellings = sorted(
             filter(_PLAIN.fullmatch, {*cities, *self.city_variants, *load_aliases().cities}),
             key=lambda s: (-len(s), s),

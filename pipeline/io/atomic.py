@@ -36,11 +36,14 @@ def describe_os_error(path: Path, exc: OSError) -> OutputError:
 
 def check_writable(path: Path) -> None:
     """UsageError if no file can be made where `path` goes: in its folder, or in the nearest
-    folder above it that exists (where its folders would be made). Said before anything is
-    charged; found only at the end, it left a night paid for and nothing delivered."""
+    folder above it that exists (where its folders would be made), or a file stands in the
+    way. Said before anything is charged; found only at the end, it left a night paid for and
+    nothing delivered."""
     folder = next((p for p in Path(path).parents if p.exists()), None)
-    if folder is None or not folder.is_dir():
-        return  # a file in the way: said by the caller
+    if folder is None:
+        return
+    if not folder.is_dir():
+        raise UsageError(f"{path}: cannot be written: {folder} is a file, not a folder")
     probe = folder / f".{Path(path).name}.{uuid.uuid4().hex[:12]}.probe"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))

@@ -60,9 +60,6 @@ def check_output_capacity(path: Path, rows: int, columns: int | None = None) -> 
         from pipeline.io.xlsx_writer import check_xlsx_capacity  # xlsxwriter: only for workbooks
 
         check_xlsx_capacity(path, rows, columns)
-    blocking = next((p for p in path.parents if p.exists()), None)
-    if blocking is not None and not blocking.is_dir():
-        raise UsageError(f"{path}: cannot be written: {blocking} is a file, not a folder")
     check_writable(path)
 
 
