@@ -15,7 +15,7 @@ _EXPORTS = {
     "DecisionResponse": "pipeline.engine.models",
     "DecisionDesk": "pipeline.decisions",
     "SqliteLedger": "pipeline.ledger.sqlite",
-    "BatchOptions": "pipeline.batch.run",
+    "BatchOptions": "pipeline.batch.options",
     "run_batch": "pipeline.batch.run",
     "LocalScorer": "pipeline.batch.scorers.local",
     "HttpScorer": "pipeline.batch.scorers.http",

@@ -577,7 +577,9 @@ def test_stale_answers_are_paid_for_again(tmp_path, monkeypatch):
 
 def test_a_batch_resent_with_fewer_rows_or_in_another_order_is_not_charged_again(tmp_path):
     from pipeline.batch.budget import Budget
-    from pipeline.batch.run import BatchOptions, costed, distinct_requests, prepare
+    from pipeline.batch.distinct import costed, distinct_requests
+    from pipeline.batch.options import BatchOptions
+    from pipeline.batch.prepare import prepare
     from pipeline.batch.scorers.local import LocalScorer
     from pipeline.engine.engine import Engine
     from pipeline.ledger.sqlite import SqliteLedger
@@ -750,19 +752,19 @@ def test_rows_scored_ahead_are_taken_by_position_whether_or_not_they_follow_each
 def test_copies_of_a_request_share_its_first_row_even_when_two_fingerprints_share_a_hash(
     monkeypatch,
 ):
-    from pipeline.batch import run
+    from pipeline.batch import distinct
 
     requests = pl.DataFrame(
         {"row_number": [1, 2, 4, 5, 7, 9], "fingerprint": ["a", "b", "a", "c", "b", "a"]}
     )
     expected = [1, 2, 1, 5, 2, 1]
-    assert run.distinct_requests(requests)["request_id"].to_list() == expected
-    monkeypatch.setattr(run, "_group_key", lambda fingerprint: pl.lit(0))  # every hash equal
-    keyed = run.distinct_requests(requests)
+    assert distinct.distinct_requests(requests)["request_id"].to_list() == expected
+    monkeypatch.setattr(distinct, "_group_key", lambda fingerprint: pl.lit(0))  # every hash equal
+    keyed = distinct.distinct_requests(requests)
     assert keyed["request_id"].to_list() == expected
     assert keyed["first"].to_list() == [True, True, False, True, False, False]
     shuffled = requests.reverse()  # rows out of file order: grouped on the text, still right
-    assert run.distinct_requests(shuffled)["request_id"].to_list() == expected[::-1]
+    assert distinct.distinct_requests(shuffled)["request_id"].to_list() == expected[::-1]
 
 
 def test_stored_answers_come_from_the_file_the_state_names(tmp_path):

@@ -22,7 +22,9 @@ import polars as pl
 import pytest
 
 from pipeline.batch.journal import Journal
-from pipeline.batch.run import PERHAPS_CHARGED, BatchOptions, BatchOutcome, run_batch
+from pipeline.batch.labels import PERHAPS_CHARGED
+from pipeline.batch.options import BatchOptions
+from pipeline.batch.run import BatchOutcome, run_batch
 from pipeline.batch.scorers.http import ApiKey, HttpScorer, RemoteConfig
 from pipeline.batch.scorers.local import LocalScorer
 from pipeline.batch.scorers.remote_options import add_remote_options, remote_scorer_from_args

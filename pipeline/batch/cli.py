@@ -19,15 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.batch.columns import load_column_config
 from pipeline.batch.journal import job_input
+from pipeline.batch.labels import EXPLANATIONS_NOT_AFFORDED, WARNING
+from pipeline.batch.options import BatchOptions
+from pipeline.batch.plan import Plan
 from pipeline.batch.progress import ProgressReporter
-from pipeline.batch.run import (
-    EXPLANATIONS_NOT_AFFORDED,
-    WARNING,
-    BatchOptions,
-    BatchOutcome,
-    Plan,
-    run_batch,
-)
+from pipeline.batch.run import BatchOutcome, run_batch
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
 from pipeline.command_parser import CommandParser
 from pipeline.errors import Interrupted, PipelineError, UsageError

@@ -1,8 +1,11 @@
 """A batch run: read -> columns -> normalise -> validate -> plan -> score -> write.
 
-Each step is a function from frame to frame; `run_batch` strings them together, keeps the
-counts and decides the exit code (DESIGN.md: 0 all scored or rejected, 3 rows left unscored
-for lack of budget or balance, 1 any other failure).
+Each step is a function from frame to frame, in a module of its own: `prepare` (read, map,
+normalise, validate), `distinct` (costed, fingerprinted, each request once), `passes` (the
+scoring passes), `assemble` (the output table), `plan` (a dry run), `verdict_changes`.
+`run_batch` strings them together with the journal and the ledger, keeps the counts and
+decides the exit code (labels.py: 0 all scored or rejected, 3 rows left unscored for lack of
+budget or balance, 1 any other failure).
 """
 
 from __future__ import annotations
@@ -10,90 +13,46 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
 
+from pipeline.batch.assemble import assemble, rejects_table
 from pipeline.batch.budget import Budget
-from pipeline.batch.columns import (
-    DEFAULT_CONFIG,
-    REQUIRED_FIELDS,
-    ColumnConfig,
-    ColumnMap,
-    find_columns,
-    load_column_config,
-    map_columns,
-)
-from pipeline.batch.execute import (
-    SECONDS_PER_DAY,
-    Executor,
-    Triage,
-    now,
-    triage,
-    with_explained_answers,
-)
-from pipeline.batch.fingerprint import request_fingerprints
-from pipeline.batch.header_row import header_below_title
+from pipeline.batch.columns import DEFAULT_CONFIG
+from pipeline.batch.distinct import costed, distinct_requests
+from pipeline.batch.execute import SECONDS_PER_DAY, Executor, now
 from pipeline.batch.journal import Journal, LastRun
-from pipeline.batch.normalize import normalize, normalize_column
-from pipeline.batch.notes_below import notes_below
-from pipeline.batch.positions import scattered
-from pipeline.batch.result_columns import (
-    REJECTS_SCHEMA,
-    RESULT_SCHEMA,
-    clash_free_names,
-    in_rejects_schema,
+from pipeline.batch.labels import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNSCORED,
+    EXPLANATIONS_NOT_AFFORDED,
+    PERHAPS_CHARGED,
+    REASONING_FAILED,
+    REASONING_SKIPPED,
+    WARNING,
 )
+from pipeline.batch.options import BatchOptions
+from pipeline.batch.passes import Progress, RunContext, score_requests
+from pipeline.batch.plan import Plan, make_plan
+from pipeline.batch.prepare import file_fingerprint, prepare
+from pipeline.batch.result_columns import RESULT_SCHEMA, in_rejects_schema
 from pipeline.batch.scorers.base import Scorer
-from pipeline.batch.sheet_rows import hidden_rows_note, sheet_rows
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.unmatched_places import unmatched_places
-from pipeline.batch.validate import reject_reasons
-from pipeline.engine.schema import REQUEST_SCHEMA
-from pipeline.errors import (
-    MissingColumnError,
-    OutputError,
-    PipelineError,
-    UnknownHeaderError,
-    UsageError,
-)
-from pipeline.io.csv_reader import describe_rows_in_quoted_cells
+from pipeline.batch.verdict_changes import changed_verdicts, listing_keys
+from pipeline.errors import OutputError, PipelineError, UsageError
 from pipeline.io.parquet_types import typed_input
-from pipeline.io.read import ReadResult, check_input, read_table_with_info
+from pipeline.io.read import check_input
 from pipeline.io.write import check_output_capacity, output_format, write_output
-from pipeline.ledger.base import COST_WITH_REASONING, cost_of
-
-ReasoningMode = Literal["none", "all", "borderline"]
-
-EXIT_OK, EXIT_FAILED, EXIT_UNSCORED = 0, 1, 3
-EXPLANATIONS_NOT_AFFORDED = "Explanations not afforded"  # a summary line
-WARNING = "Warning:"  # a summary line's label begins so: said even by a --quiet run
-# error_code of a borderline row scored but left without its explanation
-REASONING_SKIPPED, REASONING_FAILED = "reasoning_skipped", "reasoning_failed"
-# Said when rows of a remote run ended in doubt after this run's own sends: not in its spend.
-PERHAPS_CHARGED = "Perhaps charged, answers lost (in doubt; not in Decisions spent)"
-# A row scored whose explanation was not afforded or failed: its message, said of the row.
-NOT_SCORED, NOT_EXPLAINED = "not scored: ", "scored, but not explained: "
-
-
-@dataclass(frozen=True, kw_only=True)
-class BatchOptions:
-    input: Path
-    outputs: list[Path]
-    config: Path | None = None
-    reasoning: ReasoningMode = "none"
-    budget: int | None = None
-    priority: str | None = None
-    encoding: str | None = None
-    sheet: str | int | None = None
-    csv_bom: bool = True
 
 
 @dataclass
@@ -107,385 +66,6 @@ class BatchOutcome:
     @property
     def exit_code(self) -> int:
         return self.summary.exit_code
-
-
-Progress = Callable[[str, int, int, int], None]  # (stage, rows done, rows total, decisions spent)
-
-
-def file_fingerprint(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-@dataclass(frozen=True)
-class Prepared:
-    raw: pl.DataFrame  # the file as read: text cells, original headers
-    mapping: ColumnMap
-    requests: pl.DataFrame  # REQUEST_SCHEMA columns + row_number
-    problems: pl.DataFrame  # reject_reasons() per row; a row is rejected when its error_code is set
-    # how the file was read, for the summary: the sheet (and those passed over), a title
-    notes: list[tuple[str, object]] = field(default_factory=list)
-    # the row a spreadsheet shows each row on (see sheet_rows); None for a Parquet file
-    sheet_rows: pl.Series | None = None
-
-
-def prepare(options: BatchOptions) -> Prepared:
-    """Read, map, normalise and validate; charges nothing."""
-    read = read_table_with_info(options.input, encoding=options.encoding, sheet=options.sheet)
-    raw = read.frame
-    source = str(options.input)
-    if read.sheet is not None:  # a wrong sheet is the usual cause of a missing column
-        first = ", the first with data; --sheet NAME reads another" if options.sheet is None else ""
-        source += f" (sheet {read.sheet!r}{first})"
-    config = load_column_config(options.config)
-    raw, mapping, header_note, title_rows = _mapped(raw, config, source, read.renamed_headers or {})
-    notes = _reading_notes(read, header_note)
-    if read.rows_in_quoted_cells:
-        notes += _rows_in_quoted_cells_note(read, raw)
-    below = notes_below(raw)
-    if below is not None:
-        raw = below.table
-        notes.append(
-            (
-                "Notes below the table",
-                f"the {below.rows} row(s) under the last listing (a blank row, then notes such "
-                f"as {below.first_note!r}) are not listings",
-            )
-        )
-    _check_priority(raw, options.priority)  # before a dry run, and before anything is paid
-    row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
-    rows_in_sheet = sheet_rows(read.first_row, title_rows, raw.height)
-    hidden = hidden_rows_note(read.hidden_rows, rows_in_sheet)
-    if hidden is not None:
-        notes.append(hidden)
-    requests = normalize(raw, mapping).with_columns(
-        reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
-    )
-    problems = reject_reasons(raw, requests, mapping, row_numbers, rows_in_sheet)
-    return Prepared(raw, mapping, requests, problems, notes, rows_in_sheet)
-
-
-def _mapped(
-    raw: pl.DataFrame, config: ColumnConfig, source: str, renamed: dict[str, str]
-) -> tuple[pl.DataFrame, ColumnMap, str | None, int]:
-    """The table and its column map: under its first row, or under a header found below a
-    title (header_row.py; then also the note that says so, and how many rows the title
-    took)."""
-    try:
-        mapping = map_columns(raw.columns, config, source=source, as_written=renamed)
-        return raw, mapping, None, 0
-    except (MissingColumnError, UnknownHeaderError):
-        if _maps_a_required_field(raw.columns, config, source, renamed):
-            raise
-        written = [h for h in raw.columns if h not in renamed or renamed[h].strip()]
-        below = header_below_title(raw, config, source=source, first_row_cells=len(written))
-        if below is None:
-            raise
-    headers = ", ".join(repr(h) for h in below.frame.columns[:3])
-    note = (
-        f"the row headed {headers}...: the {below.title_rows} row(s) above it"
-        + (f" ({written[0]!r}...)" if written else "")
-        + " are a title, not listings"
-    )
-    return below.frame, below.mapping, note, below.title_rows
-
-
-_ENCODING_NAMES = {
-    "cp1256": "Windows-1256, Arabic Excel's CSV",
-    "utf-16": "UTF-16, Excel's Unicode text",
-    "utf-16-le": "UTF-16 without a byte-order mark",
-    "utf-16-be": "UTF-16 without a byte-order mark",
-}
-
-
-def _reading_notes(read: ReadResult, header_note: str | None) -> list[tuple[str, object]]:
-    """How the file was read, for the summary and the dry run: the sheet (and the sheets
-    passed over), a header under a title, merged and error cells."""
-    notes: list[tuple[str, object]] = []
-    if read.encoding_overridden is not None:
-        notes.append(("Encoding", f"{read.encoding} ({read.encoding_overridden})"))
-    elif read.encoding not in (None, "utf-8", "utf-8-sig"):  # UTF-8 goes without saying
-        named = _ENCODING_NAMES.get(read.encoding)
-        notes.append(("Encoding", f"{read.encoding} ({named})" if named else read.encoding))
-    if read.sheet is not None:
-        sheet = repr(read.sheet)
-        if read.passed_over:
-            sheet += (
-                f" (the first visible sheet with data; passed over: {', '.join(read.passed_over)})"
-            )
-        notes.append(("Sheet", sheet))
-    if header_note is not None:
-        notes.append(("Header row", header_note))
-    if read.not_restored:
-        notes.append(
-            (
-                "Merged and error cells not read",
-                f"{read.not_restored}: their place in the sheet could not be checked (no number "
-                "cell to check it by); their rows were read as they stand (merged cells empty "
-                "below their first row, error cells empty). Unmerge and fill them, or fix the "
-                "errors, to have them read",
-            )
-        )
-    if read.merged_down:
-        shown = ", ".join(read.merged_down[:5]) + (", ..." if len(read.merged_down) > 5 else "")
-        notes.append(("Merged cells filled down", f"{len(read.merged_down)} ({shown})"))
-    return notes
-
-
-def _rows_in_quoted_cells_note(read: ReadResult, table: pl.DataFrame) -> list[tuple[str, str]]:
-    """The warning about quoted cells holding lines shaped like rows, by the rows and columns
-    of `table`: the file read, or the table under a header found below a title."""
-    shift = read.frame.height - table.height  # the rows above a header found below a title
-    cells = [
-        replace(
-            cell,
-            row=cell.row - shift,
-            column=table.columns[read.frame.columns.index(cell.column)]
-            if shift and table.width == read.frame.width
-            else cell.column,
-        )
-        for cell in read.rows_in_quoted_cells or []
-        if cell.row > shift
-    ]
-    return (
-        [(f"{WARNING} rows inside a quoted cell", describe_rows_in_quoted_cells(cells))]
-        if cells
-        else []
-    )
-
-
-def _maps_a_required_field(
-    headers: list[str], config: ColumnConfig, source: str, renamed: dict[str, str]
-) -> bool:
-    try:
-        found = find_columns(headers, config, source=source, as_written=renamed)
-    except UnknownHeaderError:
-        return False  # a --config naming headers the first row does not have: maybe below
-    return any(found[name] is not None for name in REQUIRED_FIELDS)
-
-
-def distinct_requests(requests: pl.DataFrame) -> pl.DataFrame:
-    """row_number -> request_id: equal requests in one file share one id (scored once).
-
-    `requests` are `costed`: grouped on their sha256 fingerprints, the identity the journal
-    already trusts to reuse an answer (a third of the time of grouping on every column)."""
-    first_row = _first_rows(requests)
-    return requests.with_columns(request_id=first_row, first=requests["row_number"] == first_row)
-
-
-def _group_key(fingerprint: pl.Expr) -> pl.Expr:
-    return fingerprint.hash()
-
-
-def _first_rows(requests: pl.DataFrame) -> pl.Series:
-    """The first row_number of each fingerprint. Grouped on a 64-bit hash of the text (half the
-    time and memory of grouping on 64 hex characters); every copy is then checked to carry its
-    first row's fingerprint, and two fingerprints sharing a hash are grouped on the text."""
-    rows = requests["row_number"]
-    keyed = requests.select("row_number", _key=_group_key(pl.col("fingerprint")))
-    first = keyed.select(pl.col("row_number").min().over("_key"))["row_number"]
-    copies = rows != first
-    if copies.any() and not (rows.is_sorted() and _same_as_first(requests, first, copies)):
-        first = requests.select(pl.col("row_number").min().over("fingerprint"))["row_number"]
-    return first
-
-
-def _same_as_first(requests: pl.DataFrame, first: pl.Series, copies: pl.Series) -> bool:
-    rows, fingerprints = requests["row_number"], requests["fingerprint"]
-    at_first = fingerprints.gather(rows.search_sorted(first.filter(copies)))
-    return fingerprints.filter(copies).equals(at_first)
-
-
-def costed(requests: pl.DataFrame, reasoning: bool, version: str) -> pl.DataFrame:
-    """One pass's requests with their cost and fingerprint (which includes `reasoning`)."""
-    cost = cost_of(reasoning)
-    frame = requests.with_columns(reasoning=pl.lit(reasoning), cost=pl.lit(cost, pl.Int64))
-    return frame.with_columns(request_fingerprints(frame, version))
-
-
-def _check_priority(raw: pl.DataFrame, column: str | None) -> None:
-    if column is not None and column not in raw.columns:
-        raise UsageError(
-            f"--priority {column!r}: the file has no such column; it has "
-            + ", ".join(repr(c) for c in raw.columns)
-        )
-
-
-def prioritised(requests: pl.DataFrame, raw: pl.DataFrame, column: str | None) -> pl.DataFrame:
-    """Highest value of `column` first (numbers read as numbers), then file order; `column`
-    is one of `raw`'s (checked by `prepare`)."""
-    if column is None:
-        return requests
-    values = normalize_column(raw[column], "price")
-    order = pl.DataFrame({"request_id": pl.int_range(1, raw.height + 1, eager=True), "_p": values})
-    return (
-        requests.join(order, on="request_id", how="left", maintain_order="left")
-        .sort("_p", descending=True, nulls_last=True, maintain_order=True)
-        .drop("_p")
-    )
-
-
-def score_requests(
-    unique: pl.DataFrame,
-    executor: Executor,
-    context: RunContext,
-    progress: Progress,
-) -> pl.DataFrame:
-    """Score distinct valid requests (`costed` for the first pass); in borderline mode,
-    reasoning for `partial` ones after."""
-    mode = context.options.reasoning
-
-    def report(stage: str, total: int) -> Callable[[int, int], None]:
-        return lambda done, spent: progress(stage, done, total, spent)
-
-    first = prioritised(unique, context.raw, context.options.priority)
-    triaged, explained_before = _first_pass(
-        first, executor.journal, executor.scorer.version, mode, context.freshness_days
-    )
-    results = executor.run(triaged, report("scoring", unique.height), keep_costs=context.resuming)
-    results = _without_explanations(results, explained_before)
-    if mode != "borderline":
-        return results
-    results = _with_explanation_cost(results)
-    partial_ids = results.filter(pl.col("verdict") == "partial").select("request_id")
-    if partial_ids.is_empty():
-        return results
-    again = costed(
-        unique.join(partial_ids, on="request_id", how="semi"), True, executor.scorer.version
-    )
-    again = prioritised(again, context.raw, context.options.priority)
-    triaged = triage(again, executor.journal, freshness_days=context.freshness_days, now=now())
-    explained = executor.run(
-        triaged, report("reasoning", again.height), keep_costs=context.resuming, explaining=True
-    )
-    return _merge_reasoning(results, explained)
-
-
-REASONING_COLUMNS = ("reasoning_en", "reasoning_ar", "key_factors", "risk_flags")
-
-
-def _with_explanation_cost(results: pl.DataFrame) -> pl.DataFrame:
-    """Borderline mode: a row the scoring pass skipped says what a partial verdict adds, so a
-    top-up sized on the messages is not short by the explanations."""
-    more = f"decision(s), and {COST_WITH_REASONING} more if it scores partial (its explanation);"
-    skipped = pl.col("status") == "skipped"
-    return results.with_columns(
-        error_message=pl.when(skipped)
-        .then(pl.col("error_message").str.replace("decision(s);", more, literal=True))
-        .otherwise("error_message")
-    )
-
-
-def _first_pass(
-    requests: pl.DataFrame, journal: Journal | None, version: str, mode: str, days: float
-) -> tuple[Triage, pl.Series]:
-    """The first pass's requests by journal state (the run and its dry run alike); when that
-    pass asks for no reasoning, the answers an earlier run gave them with reasoning count as
-    done (see with_explained_answers), and the ids of those come back too."""
-    at = now()
-    triaged = triage(requests, journal, freshness_days=days, now=at)
-    if mode == "all":
-        return triaged, requests["request_id"].clear()
-    return with_explained_answers(triaged, journal, version, freshness_days=days, now=at)
-
-
-def _without_explanations(results: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
-    """`results` with the rows of `ids` (answered from a reasoning request) as a scoring pass
-    answers: no explanation, and nothing paid by this run."""
-    if ids.is_empty():
-        return results
-    taken = pl.col("request_id").is_in(ids.implode())
-    return results.with_columns(
-        *(pl.when(taken).then(None).otherwise(c).alias(c) for c in REASONING_COLUMNS),
-        decisions_used=pl.when(taken).then(0).otherwise("decisions_used"),
-    )
-
-
-def _merge_reasoning(results: pl.DataFrame, explained: pl.DataFrame) -> pl.DataFrame:
-    """Borderline mode: the reasoning pass's text and cost onto the scoring pass's rows."""
-    reasoning_columns = list(REASONING_COLUMNS)
-    extra = explained.select(
-        "request_id",
-        *(pl.col(c).alias(f"_{c}") for c in reasoning_columns),
-        pl.col("decisions_used").alias("_used"),
-        pl.col("status").alias("_status"),
-        pl.col("error_message").alias("_error"),
-    )
-    merged = results.join(extra, on="request_id", how="left", maintain_order="left")
-    # The row stays scored; its missing explanation is said in error_code and error_message,
-    # and the run's exit code (3 or 1) says to run it again.
-    missing = pl.col("_status").is_in(["skipped", "failed"])
-    code = pl.when(pl.col("_status") == "skipped").then(pl.lit(REASONING_SKIPPED))
-    merged = merged.with_columns(
-        *(pl.coalesce(f"_{c}", c).alias(c) for c in reasoning_columns),
-        decisions_used=pl.col("decisions_used") + pl.col("_used").fill_null(0),
-        error_code=pl.when(missing)
-        .then(code.otherwise(pl.lit(REASONING_FAILED)))
-        .otherwise("error_code"),
-        error_message=pl.when(missing)
-        .then(
-            pl.concat_str(pl.lit(NOT_EXPLAINED), pl.col("_error").str.replace(f"^{NOT_SCORED}", ""))
-        )
-        .otherwise("error_message"),
-    )
-    return merged.drop(*(f"_{c}" for c in reasoning_columns), "_used", "_status", "_error")
-
-
-def assemble(prepared: Prepared, keyed: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
-    """Every input row once, in input order: original columns, then the result columns."""
-    problems = prepared.problems
-    rejected = problems["error_code"].is_not_null()
-    rows = prepared.raw.height
-    # Positions, not joins: request_id and row_number are 1-based row numbers of the file.
-    answer_of_request = scattered(
-        pl.int_range(scored.height, eager=True, dtype=pl.UInt32), scored["request_id"], rows + 1
-    )
-    at_row = keyed["row_number"] - 1
-    answer_of_row = scattered(answer_of_request.gather(keyed["request_id"]), at_row, rows)
-    first = scattered(keyed["first"], at_row, rows)
-    # One chunk per column first: `scored` holds a chunk per batch, and a gather over many
-    # chunks finds each row's chunk (a million rows: 0.27 s, against 0.02 s + 0.07 s).
-    result = (
-        scored.rechunk()
-        .select(pl.all().gather(answer_of_row))
-        .with_columns(decisions_used=pl.when(pl.lit(first)).then("decisions_used").otherwise(0))
-    )
-    result = result.with_columns(
-        row_number=pl.int_range(1, rows + 1, dtype=pl.Int64),
-        status=pl.when(pl.lit(rejected)).then(pl.lit("rejected")).otherwise("status"),
-        decisions_used=pl.when(pl.lit(rejected)).then(0).otherwise("decisions_used"),
-        error_code=pl.coalesce(pl.lit(problems["error_code"]), "error_code"),
-        error_field=pl.coalesce(pl.lit(problems["error_field"]), "error_field"),
-        error_message=pl.coalesce(pl.lit(problems["error_message"]), "error_message"),
-    ).select(pl.col(c).cast(t) for c, t in RESULT_SCHEMA.items())
-    original = prepared.raw.rename(clash_free_names(prepared.raw.columns))
-    return pl.concat([original, result], how="horizontal")
-
-
-def rejects_table(prepared: Prepared) -> pl.DataFrame:
-    sheet_row = (
-        prepared.sheet_rows
-        if prepared.sheet_rows is not None
-        else pl.repeat(None, prepared.problems.height, dtype=pl.Int64, eager=True)
-    )
-    problems = prepared.problems.with_columns(
-        row_number=prepared.requests["row_number"], sheet_row=sheet_row
-    )
-    return (
-        problems.filter(pl.col("error_code").is_not_null())
-        .select(
-            pl.col("row_number"),
-            pl.col("sheet_row"),
-            pl.col("error_column").alias("column"),
-            pl.col("error_field").alias("field"),
-            pl.col("error_value").alias("value"),
-            pl.col("error_message").alias("reason"),
-        )
-        .cast(REJECTS_SCHEMA)
-    )
 
 
 def _counts(results: pl.DataFrame, column: str, keys: tuple[str, ...]) -> dict[str, int]:
@@ -503,74 +83,6 @@ def exit_code_for(status_counts: dict[str, int], unexplained: dict[str, int] | N
     if status_counts.get("skipped") or unexplained.get(REASONING_SKIPPED):
         return EXIT_UNSCORED
     return EXIT_OK
-
-
-@dataclass(frozen=True)
-class RunContext:
-    options: BatchOptions
-    raw: pl.DataFrame
-    freshness_days: float
-    resuming: bool  # the same input as an unfinished run: keep that run's costs in the output
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a run would do, before it spends anything (--dry-run prints it)."""
-
-    rows_total: int
-    rejected: int
-    duplicates: int
-    already_scored: int
-    in_doubt: int
-    to_send: int
-    scoring_decisions: int
-    reasoning_decisions: int
-    borderline_worst_case: int | None
-    balance: int | None
-    budget: int | None
-    # rows in doubt cost nothing if their first send was charged (replayed), their cost if it
-    # never arrived: the plan cannot tell which, so it says how much at most
-    in_doubt_decisions: int = 0
-    read_as: dict[str, object] = field(default_factory=dict)  # the sheet, header row, merges
-
-    @property
-    def decisions_needed(self) -> int:
-        return self.scoring_decisions + self.reasoning_decisions
-
-    @property
-    def decisions_needed_at_most(self) -> int:
-        """What the run can spend at worst: rows in doubt paid, and in borderline mode every
-        verdict still unknown partial (`borderline_worst_case` counts both)."""
-        if self.borderline_worst_case is not None:
-            return self.borderline_worst_case
-        return self.decisions_needed + self.in_doubt_decisions
-
-    def lines(self) -> list[tuple[str, object]]:
-        rows: list[tuple[str, object]] = [
-            ("Rows", self.rows_total),
-            ("Rejected (never sent, never charged)", self.rejected),
-            ("Duplicates (scored once)", self.duplicates),
-            ("Already scored (from the journal)", self.already_scored),
-            ("In doubt (resent under the same keys: free if charged before)", self.in_doubt),
-            ("To be sent", self.to_send),
-            ("Decisions for scoring", self.scoring_decisions),
-            ("Decisions for reasoning", self.reasoning_decisions),
-        ]
-        if self.borderline_worst_case is not None:
-            rows.append(("Worst case with borderline reasoning", self.borderline_worst_case))
-        if self.in_doubt_decisions:
-            rows.append(
-                ("Decisions for rows in doubt, at most (none if charged before)",
-                 self.in_doubt_decisions)
-            )  # fmt: skip
-        rows.append(("Decisions needed", self.decisions_needed))
-        if self.decisions_needed_at_most != self.decisions_needed:
-            rows.append(("Decisions needed, at most", self.decisions_needed_at_most))
-        rows += [
-            ("Budget", "none" if self.budget is None else self.budget),
-            ("Balance", "unknown" if self.balance is None else self.balance),
-        ]
-        return rows + list(self.read_as.items())
 
 
 def summarise(
@@ -690,10 +202,14 @@ RESUMED_FROM_BEFORE = (
     "begun by a version before 2026-11-25: rows answered from the journal show their cost, "
     "whenever it was paid (earlier runs' too); the ledger's entries have the account",
 )
+
+
 VERDICTS_NOT_KEPT = (
     f"{WARNING} this run's verdicts were not kept",
     "the next run lists no verdicts changed since this one",
 )
+
+
 RUN_NOT_KEPT = (
     f"{WARNING} the journal's copy of this run was not kept",
     "a rerun of the unchanged file is answered from the journal's answers, free",
@@ -718,105 +234,6 @@ def _unexplained(results: pl.DataFrame) -> bool:
     """Rows left without their borderline explanation: a last run kept as finished before
     that made a run exit 3 (up to 640bbde) is not finished, and is run again."""
     return bool(results["error_code"].is_in([REASONING_SKIPPED, REASONING_FAILED]).any())
-
-
-def _known_partial(
-    unique: pl.DataFrame, reused: pl.DataFrame, journal: Journal | None
-) -> pl.DataFrame:
-    """The rows of `unique` whose scoring answer in the journal (`reused`) is partial."""
-    if journal is None or reused.is_empty():
-        return unique.clear()
-    verdicts = journal.results(reused)["verdict"]
-    partial = reused.filter(verdicts == "partial").select("request_id")
-    return unique.join(partial, on="request_id", how="semi")
-
-
-def make_plan(
-    unique: pl.DataFrame, prepared: Prepared, keyed: pl.DataFrame, scorer: Scorer,
-    journal: Journal | None, options: BatchOptions, freshness_days: float,
-) -> Plan:  # fmt: skip
-    mode = options.reasoning
-    first, _ = _first_pass(unique, journal, scorer.version, mode, freshness_days)
-    to_send = first.new.height + first.in_doubt.height
-    in_doubt = first.in_doubt.height
-    new_cost = int(first.new["cost"].sum() or 0)
-    reasoning = new_cost if mode == "all" else 0
-    in_doubt_cost = int(first.in_doubt["cost"].sum() or 0)
-    worst = None
-    if mode == "borderline":
-        # Explanations owed for verdicts the journal already holds as partial are certain;
-        # each row still to be scored may turn out partial too (the worst case).
-        explain = _known_partial(unique, first.reuse, journal)
-        second = triage(
-            costed(explain, True, scorer.version), journal, freshness_days=freshness_days,
-            now=now(),
-        )  # fmt: skip
-        reasoning = int(second.new["cost"].sum() or 0)
-        in_doubt += second.in_doubt.height
-        to_send += second.new.height + second.in_doubt.height
-        # Requests in doubt are free when their first send was charged, paid when it never
-        # arrived: the worst case pays them.
-        in_doubt_cost += int(second.in_doubt["cost"].sum() or 0)
-        unknown = first.new.height + first.in_doubt.height  # verdicts not known yet
-        worst = new_cost + reasoning + in_doubt_cost + COST_WITH_REASONING * unknown
-    return Plan(
-        rows_total=prepared.raw.height,
-        rejected=int(prepared.problems["error_code"].is_not_null().sum()),
-        duplicates=keyed.height - unique.height,
-        already_scored=first.reuse.height,
-        in_doubt=in_doubt,
-        to_send=to_send,
-        scoring_decisions=first.new.height if mode != "all" else 0,
-        reasoning_decisions=reasoning,
-        borderline_worst_case=worst,
-        balance=scorer.balance(),
-        budget=options.budget,
-        read_as=dict(prepared.notes),
-        in_doubt_decisions=in_doubt_cost,
-    )
-
-
-def listing_keys(requests: pl.DataFrame) -> pl.Series:
-    """Per row, which listing it is from one run to the next, whatever its position: its
-    request without the price (the field an edit most often changes, and with it the
-    verdict). An edit of another field makes it a new listing, with no change to report."""
-    return requests.select(pl.struct(_LISTING_FIELDS).hash(_LISTING_SEED).alias("listing"))[
-        "listing"
-    ]
-
-
-_LISTING_FIELDS = [c for c in REQUEST_SCHEMA if c not in ("price", "reasoning")]
-_LISTING_SEED = 20261123
-
-
-def changed_verdicts(
-    results: pl.DataFrame, listings: pl.Series, previous: pl.DataFrame, label: str | None = None
-) -> pl.DataFrame | None:
-    """Rows whose verdict differs from the last verdict of the same listing (`listings`, one
-    key per row of `results`; `previous`: `Journal.previous_verdicts`). Listings that occur
-    more than once (tonight or last time) cannot be paired, and are left out. `label`: an
-    input column shown beside the row number (the file's first: an id, a title, an address),
-    as rows move from one night to the next."""
-    if previous.is_empty():
-        return None
-    labelled = label is not None and label not in ("row_number", "old_verdict", "new_verdict")
-    now_verdicts = pl.DataFrame(
-        {
-            "row_number": results["row_number"],
-            **({label: results[label]} if labelled else {}),
-            "new_verdict": results["verdict"],
-            "listing": listings,
-        }
-    )  # columns taken, not selected: see `verdicts` in run_batch
-    once = pl.len().over("listing") == 1
-    both = now_verdicts.filter(once).join(
-        previous.filter(pl.col("copies") == 1), on="listing", how="inner", maintain_order="left"
-    )
-    return both.filter(
-        pl.col("old_verdict").is_not_null()
-        & pl.col("new_verdict").is_not_null()
-        & (pl.col("old_verdict") != pl.col("new_verdict"))
-    ).select("row_number", *([label] if labelled else []), "old_verdict", "new_verdict")
 
 
 def _same_file(output: Path, source: Path) -> bool:

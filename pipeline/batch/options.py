@@ -1,0 +1,22 @@
+"""What a batch run is asked to do: its input, outputs and options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+ReasoningMode = Literal["none", "all", "borderline"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchOptions:
+    input: Path
+    outputs: list[Path]
+    config: Path | None = None
+    reasoning: ReasoningMode = "none"
+    budget: int | None = None
+    priority: str | None = None
+    encoding: str | None = None
+    sheet: str | int | None = None
+    csv_bom: bool = True
