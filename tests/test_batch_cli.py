@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from pipeline.batch.journal import results_folder
+from pipeline.batch.job_files import results_folder
 from pipeline.cli import main
 from pipeline.io.read import read_table
 

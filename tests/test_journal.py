@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.batch.journal import results_folder
+from pipeline.batch.job_files import results_folder
 from pipeline.cli import main
 from pipeline.io.read import read_table
 
@@ -213,7 +213,7 @@ def test_a_links_journal_named_by_an_earlier_version_is_taken_over_not_paid_agai
 ):
     # Found by QA: versions before 2026-11-25 named a link's job after the file it led to;
     # the first run of this one paid every row again.
-    from pipeline.batch.journal import _job_file, journal_path, results_folder
+    from pipeline.batch.job_files import _job_file, journal_path, results_folder
 
     settings = _settings(tmp_path)
     monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
@@ -382,7 +382,7 @@ def test_verdicts_that_flip_are_listed_as_changes(tmp_path):
 
 
 def test_a_second_run_of_the_same_job_is_refused_while_one_runs(tmp_path):
-    from pipeline.batch.journal import job_lock
+    from pipeline.batch.job_files import job_lock
     from pipeline.errors import UsageError
 
     journal = tmp_path / "job.journal"
@@ -1211,7 +1211,7 @@ def test_only_the_earlier_journal_of_the_links_own_file_is_taken_and_never_while
     # taking a journal kept for another export beside the link's file, each took the other's.
     import fcntl
 
-    from pipeline.batch.journal import _job_file, journal_path, lock_file
+    from pipeline.batch.job_files import _job_file, journal_path, lock_file
     from pipeline.errors import UsageError
 
     exports, journals = tmp_path / "exports", tmp_path / "journals"

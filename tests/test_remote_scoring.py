@@ -707,7 +707,7 @@ def test_unplaced_keys_name_their_workspace_and_never_take_a_placed_job(
     # Found by QA: a job run with --workspace acme, rerun through a service not placing the
     # key, started a new journal and paid again; a journal made by such a run was taken over
     # by another workspace's key; --fresh with such a key wiped a job acme had paid for.
-    from pipeline.batch.journal import journal_path, paid_by
+    from pipeline.batch.job_files import journal_path, paid_by
     from pipeline.cli import main
 
     base = default_journals

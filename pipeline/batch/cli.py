@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.batch.columns import load_column_config
-from pipeline.batch.journal import job_input
+from pipeline.batch.job_files import job_input
 from pipeline.batch.labels import EXPLANATIONS_NOT_AFFORDED, WARNING
 from pipeline.batch.options import BatchOptions
 from pipeline.batch.plan import Plan
@@ -273,7 +273,7 @@ def _remote_journals(
     """The default journals a remote job may have, its own name first: one per input and
     --workspace, and those of the same input without --workspace and under the key's own
     workspace."""
-    from pipeline.batch.journal import journal_path
+    from pipeline.batch.job_files import journal_path
 
     names = (workspace or "", "", owner or "")
     return list(dict.fromkeys(journal_path(journal_dir, source, f"remote:{w}") for w in names))
@@ -285,7 +285,7 @@ def _remote_journal(candidates: list[Path], workspace: str | None, owner: str | 
     the key's own workspace, or without): the same workspace paid it, so it is the same job.
     So may a run without --workspace whose name another workspace's job has taken (run without
     --workspace too): this run's key is not that job's, and its own job is looked for."""
-    from pipeline.batch.journal import paid_by
+    from pipeline.batch.job_files import paid_by
 
     named, *others = candidates
     payer = paid_by(named)[0]  # an empty journal, left by a refused run, has none
@@ -397,7 +397,8 @@ def _check_same_ledger(journal: Journal, paid: str | None, payer: str | None) ->
 
 
 def _score(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.batch.journal import Journal, job_lock, journal_path
+    from pipeline.batch.job_files import job_lock, journal_path
+    from pipeline.batch.journal import Journal
     from pipeline.batch.scorers.remote_options import remote_scorer_from_args
     from pipeline.io.read import check_input
 

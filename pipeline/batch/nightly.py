@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pipeline.batch.journal import job_input
+from pipeline.batch.job_files import job_input
 from pipeline.errors import UsageError
 
 
