@@ -135,6 +135,11 @@ def test_a_nightly_job_takes_a_column_mapping_and_the_options_of_score(
     scored = pl.read_parquet(night / "export-scored.parquet")
     assert scored["Town"].to_list() == ["الرياض", "جدة"]  # read as cp1256
     assert scored["status"].to_list() == ["scored", "skipped"]  # the dearer one first
+    # and so does the row left, in the output an analyst opens
+    left = scored["error_message"][1]
+    assert "the run's `budget` in configs/nightly.toml is spent" in left
+    assert "raise `budget` in configs/nightly.toml, then run the same command again" in left
+    assert "--budget" not in left
 
 
 def test_a_failed_rerun_leaves_the_nights_manifest_and_another_workspace_is_another_job(

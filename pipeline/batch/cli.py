@@ -416,6 +416,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         encoding=args.encoding,
         sheet=args.sheet,  # digits name a sheet first, a position only if no sheet has that name
         csv_bom=not args.no_bom,
+        budget_named=args.budget_named,
     )
     _warn_unused_read_options(args)
     check_input(args.input)  # a missing or mislabelled file: before a journal is made for it

@@ -20,3 +20,5 @@ class BatchOptions:
     encoding: str | None = None
     sheet: str | int | None = None
     csv_bom: bool = True
+    # how the rows left for lack of budget name it: a nightly job sets it in its configuration
+    budget_named: str = "--budget"

@@ -45,7 +45,7 @@ from pipeline.batch.passes import Progress, RunContext, score_requests
 from pipeline.batch.plan import Plan, make_plan
 from pipeline.batch.prepare import file_fingerprint, prepare
 from pipeline.batch.result_columns import RESULT_SCHEMA, in_rejects_schema
-from pipeline.batch.scorers.base import Scorer
+from pipeline.batch.scorers.base import SKIPPED_BUDGET, Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.unmatched_places import unmatched_places
 from pipeline.batch.verdict_changes import changed_verdicts, listing_keys
@@ -236,6 +236,15 @@ def _unexplained(results: pl.DataFrame) -> bool:
     return bool(results["error_code"].is_in([REASONING_SKIPPED, REASONING_FAILED]).any())
 
 
+def _budget_as_named(results: pl.DataFrame, options: BatchOptions) -> pl.DataFrame:
+    """Rows left for lack of budget say where it is set: a nightly job has no --budget."""
+    if options.budget_named == "--budget":
+        return results
+    left = pl.col("error_code").is_in([SKIPPED_BUDGET, REASONING_SKIPPED])  # no user text
+    named = pl.col("error_message").str.replace_all("--budget", options.budget_named, literal=True)
+    return results.with_columns(error_message=pl.when(left).then(named).otherwise("error_message"))
+
+
 def _same_file(output: Path, source: Path) -> bool:
     """True if writing `output` would replace `source` (another spelling, a link)."""
     if output.exists():
@@ -328,7 +337,7 @@ def run_batch(
             keys = aside.submit(listing_keys, prepared.requests) if journal is not None else None
             scored = score_requests(unique, executor, context, progress)
             listings = keys.result() if keys is not None else None
-        results = assemble(prepared, keyed, scored.drop("fingerprint"))
+        results = _budget_as_named(assemble(prepared, keyed, scored.drop("fingerprint")), options)
         rejects = rejects_table(prepared)
         changes = None
         if journal is not None:
