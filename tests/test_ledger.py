@@ -267,3 +267,22 @@ def test_the_balance_never_goes_negative(opening, costs):
                 assert exc.balance < cost or exc.balance == 0
             assert ledger.workspace("w").balance == expected >= 0
         ledger.close()
+
+
+def test_a_ledger_opened_while_another_run_makes_the_same_new_file_waits_for_it(tmp_path):
+    """Two runs started at the same instant on a new --db file: the second switching it to WAL
+    while the first held its write lock got "database is locked" at once (SQLite calls no busy
+    handler there), about once in fifty such starts. It now waits for the first."""
+    path = tmp_path / "ledger.db"
+    first = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    first.execute("CREATE TABLE made_by_the_first_run (x)")
+    first.execute("BEGIN IMMEDIATE")
+    committing = threading.Timer(0.3, first.execute, ["COMMIT"])
+    committing.start()
+    try:
+        ledger = SqliteLedger(path)
+        ledger.create_workspace("w", 10)
+    finally:
+        committing.join()
+        first.close()
+    assert ledger.workspace("w").balance == 10

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 from pipeline.errors import UsageError
 
 BUSY_TIMEOUT_MS = 60_000  # how long a write waits for another connection's transaction
+# How long a connection opening a new database waits for another one making it WAL: SQLite
+# answers "database is locked" at once there (no busy handler: two readers both wanting to
+# write would deadlock), which two runs started at the same instant on a new file met.
+WAL_SWITCH_WAIT_S = 10.0
 
 
 class ThreadConnections:
@@ -38,7 +43,7 @@ class ThreadConnections:
     def _open(self, busy_timeout_ms: int) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(db)
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as exc:
@@ -52,3 +57,17 @@ class ThreadConnections:
             if db is not None:
                 db.close()
                 setattr(self._local, name, None)
+
+
+def _switch_to_wal(db: sqlite3.Connection) -> None:
+    """WAL mode (kept in the file: a no-op once set), tried again while another connection is
+    switching a new file to it (see WAL_SWITCH_WAIT_S)."""
+    deadline = time.monotonic() + WAL_SWITCH_WAIT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
