@@ -944,6 +944,42 @@ def test_rows_in_doubt_replayed_in_a_run_of_a_changed_file_cost_nothing_in_it(
                                                                      ("scored", 363)]  # fmt: skip
 
 
+def test_rows_in_doubt_replayed_when_resuming_a_changed_file_cost_nothing_in_its_output(
+    tmp_path, monkeypatch, capsys
+):
+    """QA round 32: run 1 charged batches and was killed before their answers; the file was
+    edited; run 2 was killed as it began; run 3 resumed run 2. It showed the batches run 1
+    had paid at their cost: its decisions_used added up to more than the ledger took since
+    run 2 began (a resumed run counts what the stopped run paid, not earlier runs)."""
+    from pipeline.batch.journal import Journal
+
+    job, source, listings = _killed_on_a_copy(tmp_path, monkeypatch)  # 80 in doubt, of 120
+    changed = listings.with_columns(
+        pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("5550000"))
+        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+    )  # fmt: skip
+    changed.write_csv(source)
+    start_run = Journal.start_run
+
+    def killed_as_it_begins(journal, fingerprint):
+        start_run(journal, fingerprint)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Journal, "start_run", killed_as_it_begins)
+    assert job.score(source) == 130
+    monkeypatch.setattr(Journal, "start_run", start_run)
+    assert job.charged() == 120  # run 2 paid nothing
+    capsys.readouterr()
+    assert job.score(source, "--json") == 0  # run 3: resumes run 2
+    results = job.results()
+    assert results["decisions_used"].sum() == job.charged() - 120 >= DISTINCT_VALID - 120
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes["Replayed from an earlier run's charges (not paid again)"] == 80
+    assert "Run journal" not in notes  # not a new one: it held the batches in doubt
+    assert results["status"].value_counts().sort("status").rows() == [("rejected", 8),
+                                                                     ("scored", 363)]  # fmt: skip
+
+
 def test_a_large_run_stopped_by_its_budget_finishes_when_run_again(tmp_path):
     # 8,700 distinct requests: their fingerprints come from the streaming engine in several
     # chunks, and the rows left to send are filtered from them (polars 2.1 panicked on those)

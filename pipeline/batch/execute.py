@@ -313,6 +313,7 @@ class Executor:
         batch_key = group["batch_key"][0]
         # a batch in doubt resent under its own key (not rows retried in a batch of their own)
         again = in_doubt and group["state"][0] == "sent"
+        earlier_charge = keep_costs and in_doubt and self._sent_before_resumed_run(batch_key)
         if self.journal is not None:
             self.journal.mark_sent(group, batch_key, rows_file, again=again)
         answers = _with_fingerprint(self.scorer.score(group, budget=self.budget), group)
@@ -329,7 +330,17 @@ class Executor:
             )
         if self.journal is not None:
             _record(self.journal, group, paid, batch_key, in_doubt=in_doubt)
-        return paid if keep_costs else answers
+        return paid if keep_costs and not earlier_charge else answers
+
+    def _sent_before_resumed_run(self, batch_key: str) -> bool:
+        """Whether a batch in doubt was last sent before the run this one resumes began: any
+        charge it replays was then made by an earlier run, which the output shows at 0 (as
+        `_reused` does its answers). Sent since, it may have been charged by the stopped run,
+        which the output counts."""
+        if self.journal is None or self.resumed_since is None:
+            return False
+        sent_at = self.journal.sent_at(batch_key)
+        return sent_at is not None and sent_at < self.resumed_since
 
     def _reused(self, reuse: pl.DataFrame, keep_costs: bool) -> pl.DataFrame:
         if reuse.is_empty() or self.journal is None:

@@ -345,6 +345,19 @@ class Journal:
         found = self._db.execute("SELECT 1 FROM batches WHERE answers_file IS NOT NULL LIMIT 1")
         return found.fetchone() is not None
 
+    def sent_at(self, batch_key: str) -> float | None:
+        """When the batch was last sent (None: the journal does not hold it)."""
+        self.flush()
+        found = self._db.execute(
+            "SELECT created_at FROM batches WHERE batch_key = ?", (batch_key,)
+        ).fetchone()
+        return None if found is None else float(found[0])
+
+    def holds_batches(self) -> bool:
+        """Whether any batch was sent, answered or still in doubt (a new job's journal has none)."""
+        self.flush()
+        return self._db.execute("SELECT 1 FROM batches LIMIT 1").fetchone() is not None
+
     def _batches(self) -> list[tuple[str, str, str, str | None, float]]:
         self.flush()
         return self._db.execute(

@@ -319,7 +319,7 @@ def run_batch(
                 ("Input changed since the unfinished run", "its answers to rows still in the "
                  "file are reused, if fresh")
             )  # fmt: skip
-        if not journal.holds_answers():  # a renamed input, another workspace: a job anew
+        if not journal.holds_batches():  # a renamed input, another workspace: a job anew
             notes.append(("Run journal", f"new, no earlier answers to reuse: {journal.path}"))
         journal.start_run(fingerprint)
     balance_before = scorer.balance()
