@@ -573,6 +573,10 @@ def test_stale_answers_are_paid_for_again(tmp_path, monkeypatch):
     notes = json.loads(manifest.read_text(encoding="utf-8"))["notes"]
     assert notes["Answers older than 0 days, paid again"] == DISTINCT_VALID
     assert notes["Reused from the journal (0 decisions)"] == 0 and "Run journal" not in notes
+    # those the budget left are not said paid (QA 33: 300 said paid where 50 were)
+    assert job.score(SAMPLE / "portfolio.csv", "--manifest", str(manifest), "--budget", "50") == 3
+    notes = json.loads(manifest.read_text(encoding="utf-8"))["notes"]
+    assert notes["Answers older than 0 days, paid again"] == 50
 
 
 def test_a_batch_resent_with_fewer_rows_or_in_another_order_is_not_charged_again(tmp_path):

@@ -151,7 +151,7 @@ class Executor:
     # run's spending counts them), whose charges this run replayed
     replayed: int = 0
     oldest_reused: float = float("inf")  # when the oldest answer reused was scored
-    stale: int = 0  # requests of the scoring pass whose answer went stale: sent again, paid
+    stale: int = 0  # requests of the scoring pass whose answer went stale, paid again
     # A resumed run (`keep_costs`): when the run it resumes began. The answers it reuses that
     # were recorded before then were paid by earlier runs, not by this job: 0 in the output.
     resumed_since: float | None = None
@@ -171,7 +171,6 @@ class Executor:
             self.explanations_reused += triaged.reuse.height
         else:
             self.reused += triaged.reuse.height
-            self.stale += triaged.stale
         handled = triaged.reuse.height
         stop: tuple[str, str] | None = None
         groups, never_charged = self._doubt_groups(triaged.in_doubt)
@@ -183,11 +182,14 @@ class Executor:
             stop = stop or _stop_reason(answers)
         journal_id = self.journal.journal_id if self.journal is not None else uuid.uuid4().hex
         new = pl.concat([triaged.new, *never_charged], how="vertical_relaxed")
+        first_new = len(parts)
         for answers, sent in self._new_batches(_new_keys(new, journal_id), stop):
             parts.append(answers)
             if sent:
                 handled += answers.height
                 progress(handled, self.budget.spent)
+        if triaged.stale and not explaining:
+            self.stale += _paid_again(triaged.new, parts[first_new:])
         if self.journal is not None:
             self.journal.flush()
         return pl.concat([p for p in parts if not p.is_empty()] or [_empty()], how="vertical")
@@ -400,6 +402,16 @@ def _of_group(answers: pl.DataFrame, group: pl.DataFrame, column: str) -> pl.Ser
 
 def _with_fingerprint(answers: pl.DataFrame, group: pl.DataFrame) -> pl.DataFrame:
     return answers.with_columns(_of_group(answers, group, "fingerprint"))
+
+
+def _paid_again(new: pl.DataFrame, answers: list[pl.DataFrame]) -> int:
+    """How many of `new` whose stored answer went stale were scored again (not those the
+    budget or the balance left)."""
+    stale = new.filter(pl.col("state") == "done").select("request_id")
+    if stale.is_empty() or not answers:
+        return 0
+    scored = pl.concat(answers, how="vertical").filter(pl.col("status") == "scored")
+    return scored.join(stale, on="request_id", how="semi").height
 
 
 def _at_cost(answers: pl.DataFrame, group: pl.DataFrame) -> pl.DataFrame:
