@@ -984,6 +984,38 @@ def test_rows_in_doubt_replayed_when_resuming_a_changed_file_cost_nothing_in_its
                                                                      ("scored", 363)]  # fmt: skip
 
 
+def test_a_file_scored_before_a_stopped_run_is_compared_with_that_run_when_it_returns(tmp_path):
+    """QA round 33: night 1 scored F (exit 0); night 2 scored G, 60 prices changed, and was
+    stopped by its budget (exit 3); night 3 brought F back, byte for byte. It was answered
+    from night 1's output and listed none of the verdicts that differ from night 2's."""
+    job = Job(tmp_path)
+    source = tmp_path / "listings.csv"
+    # each listing once: a listing on two rows is not paired from one night to the next
+    listings = read_table(SAMPLE / "portfolio.csv").unique(maintain_order=True)
+    listings.write_csv(source)
+    manifest = tmp_path / "manifest.json"
+    assert job.score(source) == 0
+    listings.with_columns(
+        pl.when(pl.int_range(pl.len()) < 60).then(pl.lit("99000000"))
+        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+    ).write_csv(source)  # fmt: skip
+    assert job.score(source, "--budget", "30") == 3
+    night_2 = job.results()["verdict"]
+    listings.write_csv(source)  # F again
+    assert job.score(source, "--manifest", str(manifest)) == 0
+    flipped = (night_2 != job.results()["verdict"]).sum()  # (null where night 2 skipped)
+    assert flipped >= 20
+    notes = json.loads(manifest.read_text(encoding="utf-8"))["notes"]
+    assert notes["Verdicts changed since last run"] == flipped
+    assert job.charged() == DISTINCT_VALID + 30  # F's answers reused, free
+    # unchanged since: answered again, with the figures a monitor reads (QA 33)
+    assert job.score(source, "--manifest", str(manifest)) == 0
+    notes = json.loads(manifest.read_text(encoding="utf-8"))["notes"]
+    assert notes["Unchanged since the last run"] == "every answer reused (0 decisions)"
+    assert notes["Verdicts changed since last run"] == 0
+    assert notes["Reused from the journal (0 decisions)"] == DISTINCT_VALID
+
+
 def test_a_large_run_stopped_by_its_budget_finishes_when_run_again(tmp_path):
     # 8,700 distinct requests: their fingerprints come from the streaming engine in several
     # chunks, and the rows left to send are filtered from them (polars 2.1 panicked on those)

@@ -166,13 +166,17 @@ def _answer_again(
     for output in options.outputs:
         check_output_capacity(output, results.height)
     balance = scorer.balance()
+    notes_then = journal.last_run_notes()
     summary = summarise(
         options, results, fingerprint=fingerprint, spent=0, balance=(balance, balance),
         workspace=workspace, started=datetime.now(UTC), clock=clock,
         notes=[
             ("Budget", "none" if options.budget is None else options.budget),
             ("Unchanged since the last run", "every answer reused (0 decisions)"),
-            *journal.last_run_notes(),  # how the file was read, as that run said
+            *_reused_again(results, notes_then),
+            # the history is the last run's (a run kept since would have forgotten it)
+            ("Verdicts changed since last run", 0),
+            *notes_then,  # how the file was read, as that run said
             ("Scorer", scorer.name),
         ],
     )  # fmt: skip
@@ -187,6 +191,16 @@ def _answer_again(
     return BatchOutcome(summary, results, rejects, list(options.outputs), None)
 
 
+def _reused_again(
+    results: pl.DataFrame, notes_then: list[tuple[str, object]]
+) -> list[tuple[str, object]]:
+    """The figure a full run gives, for a monitor reading it: every distinct request scored
+    is reused (the rows scored, less the duplicates the kept run counted)."""
+    duplicates = dict(notes_then).get(DUPLICATES)
+    scored = int((results["status"] == "scored").sum())
+    return [(REUSED, scored - (duplicates if isinstance(duplicates, int) else 0))]
+
+
 def _typed_input(options: BatchOptions) -> pl.DataFrame | None:
     """A Parquet input's typed columns, for a Parquet or XLSX output (see
     pipeline.io.parquet_types)."""
@@ -197,6 +211,8 @@ def _typed_input(options: BatchOptions) -> pl.DataFrame | None:
     return typed_input(options.input)
 
 
+DUPLICATES = "Duplicate rows (scored once)"
+REUSED = "Reused from the journal (0 decisions)"
 RESUMED_FROM_BEFORE = (
     "Decisions used (a run resumed)",
     "begun by a version before 2026-11-25: rows answered from the journal show their cost, "
@@ -309,7 +325,7 @@ def run_batch(
         return make_plan(unique, prepared, keyed, scorer, journal, options, freshness_days)
 
     notes = list(prepared.notes)
-    duplicates = ("Duplicate rows (scored once)", int(keyed.height - unique.height))
+    duplicates = (DUPLICATES, int(keyed.height - unique.height))
     resuming = False
     if journal is not None:
         unfinished = journal.open_run()
@@ -358,7 +374,7 @@ def run_batch(
             notes=[
                 ("Budget", "none" if options.budget is None else options.budget),
                 duplicates,
-                ("Reused from the journal (0 decisions)", executor.reused),
+                (REUSED, executor.reused),
                 *([(f"Answers older than {freshness_days:g} days, paid again", executor.stale)]
                   if executor.stale else []),
                 *([("Explanations reused from the journal", executor.explanations_reused)]
@@ -440,7 +456,11 @@ def run_batch(
         if journal is not None and verdicts_kept is not None and verdicts_failure is None:
             try:
                 journal.keep_verdicts()
-            except OSError as exc:
+                if keeping is None:
+                    # The history is now this run's: an unchanged file of the last run kept
+                    # is run again (free), to list what changed since this one (QA 33).
+                    journal.forget_last_run()
+            except (OSError, sqlite3.Error) as exc:
                 verdicts_failure = exc
         # The journal's copies serve the next run only: one not kept (a full disk under the
         # journal) is said, and costs the run nothing (its outputs are written).
