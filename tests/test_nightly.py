@@ -272,3 +272,44 @@ def test_a_mistake_in_the_configuration_is_named_in_plain_words(tmp_path, monkey
     night = tmp_path / "out" / "nightly" / date.today().isoformat()
     assert (night / "portfolio-scored.csv").exists()
     assert (night / "portfolio-scored.parquet").exists()
+
+
+def test_a_rerun_stopped_after_paying_leaves_its_record_beside_the_first_runs(
+    tmp_path, monkeypatch
+):
+    """QA round 33: the night's first run stopped on its budget (exit 3, its summary in
+    manifest.json); the rerun after a top-up was stopped by cron's timeout once it had paid.
+    Its record was not written (the first run's summary stayed), and what it paid (200,000
+    decisions there) was in no manifest of the night."""
+    from pipeline.batch.journal import Journal
+
+    configs = _project(tmp_path)
+    with (configs / "settings.toml").open("a", encoding="utf-8") as settings:
+        settings.write("[batch]\nchunk_rows = 40\n")
+    nightly = configs / "nightly.toml"
+    nightly.write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\nbudget = 100\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = str(tmp_path / "ledger.db")
+    assert main(["nightly", "--db", db]) == 3
+    nightly.write_text(f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\n', "utf-8")
+    record, recorded = Journal.record, []
+
+    def stopped_at_the_third_answers(journal, answers, batch_key):
+        if len(recorded) == 2:
+            raise KeyboardInterrupt  # as SIGTERM stops a run
+        recorded.append(batch_key)
+        record(journal, answers, batch_key)
+
+    monkeypatch.setattr(Journal, "record", stopped_at_the_third_answers)
+    assert main(["nightly", "--db", db]) == 130
+    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    stopped = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert stopped["exit_code"] == 130 and stopped["decisions_spent"] == 120
+    (first,) = night.glob("manifest-*.json")
+    first_run = json.loads(first.read_text(encoding="utf-8"))
+    assert first_run["exit_code"] == 3 and first_run["decisions_spent"] == 100
+    # the night's records add up to what the ledger took
+    assert 100_000 - stopped["balance_after"] == 100 + 120

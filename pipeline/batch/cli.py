@@ -254,12 +254,21 @@ def _record_failure(
     args: argparse.Namespace, settings: Settings, error: PipelineError, started: datetime
 ) -> None:
     """--manifest for a run that failed: its summary if it got as far as one (what it paid
-    shows), else a record of the error, unless the file already holds a run's summary (a
-    night's earlier run: its record stays)."""
-    from pipeline.batch.nightly import records_a_run
+    shows), else a record of the error. A file that holds an earlier run's summary (a night's
+    first run) keeps it when this run paid nothing; otherwise that summary is copied aside
+    first (see `keep_aside`): a run stopped after paying must leave a record of it (QA 33:
+    a rerun stopped by cron's timeout left none of the 200,000 decisions it paid)."""
+    from pipeline.batch.nightly import keep_aside, records_a_run
 
-    if getattr(error, "outcome", None) is None and records_a_run(args.manifest):
-        return
+    if records_a_run(args.manifest):
+        paid = getattr(error, "outcome", None) is not None or getattr(error, "decisions_spent", 0)
+        if not paid:
+            return
+        try:
+            keep_aside(args.manifest)
+        except OSError as exc:
+            print(f"decisions: warning: the manifest could not be kept ({exc})", file=sys.stderr)
+            return
     manifest = _failure_record(args, settings, error, started)
     try:
         write_manifest(args.manifest, manifest)

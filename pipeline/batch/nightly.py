@@ -150,8 +150,19 @@ def make_room(config: NightlyConfig, root: Path, day: date, workspace: str | Non
             f"{manifest.parent}: holds tonight's run of {earlier.get('input')} for workspace "
             f"{earlier.get('workspace')!r}, another job; give each nightly job its own output_dir"
         )
+    keep_aside(manifest, earlier)
+
+
+def keep_aside(manifest: Path, earlier: dict | None = None) -> None:
+    """Copy an earlier run's `manifest` (its content: `earlier`, when read already) to
+    manifest-HHMMSS.json, its start time (UTC), before a later run that night writes its own."""
+    if earlier is None:
+        try:
+            earlier = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
     started = str(earlier.get("started_at", ""))[11:19].replace(":", "")
-    shutil.copyfile(manifest, manifest.with_name(f"manifest-{started or 'earlier'}.json"))
+    shutil.copyfile(manifest, manifest.with_name(f"{manifest.stem}-{started or 'earlier'}.json"))
 
 
 def records_a_run(manifest: Path) -> bool:
