@@ -1016,6 +1016,46 @@ def test_a_file_scored_before_a_stopped_run_is_compared_with_that_run_when_it_re
     assert notes["Reused from the journal (0 decisions)"] == DISTINCT_VALID
 
 
+def test_a_job_keeps_one_verdict_history_whether_its_journal_is_named_or_not(tmp_path, monkeypatch):
+    """QA round 33: a night run with --journal naming the job's default journal kept its
+    verdicts apart from the default runs' history: it listed 0 of 22 changes, and the next
+    default run 45 where 23 changed."""
+    journals = tmp_path / "journals"
+    settings = tmp_path / "settings.toml"
+    settings.write_text(
+        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n'
+        f'[batch]\njournal_dir = "{journals}"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    job = Job(tmp_path)
+    source, manifest = tmp_path / "listings.csv", tmp_path / "manifest.json"
+    listings = read_table(SAMPLE / "portfolio.csv").unique(maintain_order=True)
+
+    def night(first: int, last: int, *journal: str) -> int:
+        """Prices of rows first..last raised; the number of verdicts changed since the last
+        night's output, as the run says it."""
+        before = job.results()["verdict"] if job.out.exists() else None
+        listings.with_columns(
+            pl.when(pl.int_range(pl.len()).is_between(first, last)).then(pl.lit("99000000"))
+            .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+        ).write_csv(source)  # fmt: skip
+        assert main(["score", str(source), "-o", str(job.out), "--db", job.db, "--workspace",
+                     "acme", "--quiet", "--manifest", str(manifest), *journal]) == 0  # fmt: skip
+        changed = json.loads(manifest.read_text(encoding="utf-8"))["notes"]
+        if before is not None:
+            assert (
+                changed["Verdicts changed since last run"]
+                == (before != job.results()["verdict"]).sum()
+            )
+        return changed["Verdicts changed since last run"]
+
+    night(-1, -1)  # the default journal
+    (default,) = journals.glob("*.journal")
+    assert night(0, 59, "--journal", str(default)) >= 20  # the same journal, named
+    assert night(0, 119) >= 20  # the default again
+
+
 def test_a_large_run_stopped_by_its_budget_finishes_when_run_again(tmp_path):
     # 8,700 distinct requests: their fingerprints come from the streaming engine in several
     # chunks, and the rows left to send are filtered from them (polars 2.1 panicked on those)

@@ -96,10 +96,11 @@ class Journal:
     def __init__(self, path: Path, *, verdicts: Path | None = None) -> None:
         """`verdicts`: where the listings' verdict history lives, when it should outlast the
         journal (one per formula and benchmark version: new benchmarks are exactly when
-        verdicts change); by default beside the answers."""
+        verdicts change); the journal remembers it, so the job's runs that name the journal
+        (--journal) keep the same history. By default beside the answers."""
         self.path = Path(path)
         self.files = results_folder(self.path)
-        self.verdicts_path = verdicts or self.files / "verdicts.parquet"
+        self.verdicts_path = self.files / "verdicts.parquet"
         if self.files.exists() and not self.files.is_dir():
             raise UsageError(
                 f"{self.path}: its files' folder {self.files} is a file (another job's "
@@ -126,6 +127,7 @@ class Journal:
             self._move_in(legacy)
         self.taken_back = 0 if moving_in else self._take_back_batches()
         self.journal_id = self._meta("journal_id") or self._set_meta("journal_id", uuid.uuid4().hex)
+        self.verdicts_path = self._verdict_history(verdicts)
         # Answers files, and the next batch's rows file, are written by these threads while a
         # batch is scored (two: one alone kept the scoring loop waiting a third of a second per
         # million rows); a batch is marked done (on the caller's thread, which owns the
@@ -206,6 +208,18 @@ class Journal:
         finally:
             self._writer.shutdown()
             self._db.close()
+
+    def _verdict_history(self, given: Path | None) -> Path:
+        """`given`, remembered; else the history a run of this job gave before (QA 33: runs
+        naming the default journal kept another history, and listed changes against the
+        wrong night); else the one beside the answers."""
+        if given is not None:
+            given = given.resolve()
+            if self._meta("verdict_history") != str(given):
+                self._set_meta("verdict_history", str(given))
+            return given
+        remembered = self._meta("verdict_history")
+        return Path(remembered) if remembered else self.verdicts_path
 
     def _meta(self, name: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
