@@ -871,3 +871,38 @@ def test_an_explanation_that_failed_says_the_row_was_scored(tmp_path, service, s
     unexplained = outcome.results.filter(pl.col("error_code") == "reasoning_failed")
     assert unexplained.height > 0 and set(unexplained["status"]) == {"scored"}
     assert unexplained["error_message"][0].startswith("scored, but not explained: the service")
+
+
+def test_a_run_whose_rows_failed_says_how_to_go_on_even_quiet(
+    tmp_path, engine, small, monkeypatch, capsys
+):
+    """QA round 32: rows whose retries ran out (409 while a killed server's requests were in
+    flight, 500s) made a run exit 1 with nothing on stderr under --quiet, and no `error` in
+    the --json record: cron mailed a bare failure."""
+    from pipeline.batch.scorers import retry
+    from pipeline.cli import main
+
+    monkeypatch.setattr(retry, "_testing", True)  # its retries without their waits
+    failing: list[str] = []
+
+    def busy_for_one(key: str, attempt: int) -> str:
+        if key and not failing:
+            failing.append(key)
+        return "500" if key and key == failing[0] else "pass"
+
+    with running_service(tmp_path, engine, balance=10_000) as service:
+        monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+        with running_proxy(service.url, busy_for_one) as proxy:
+            argv = ["score", str(small), "-o", str(tmp_path / "out.parquet"), "--api-url",
+                    proxy.url, "--journal", str(tmp_path / "run.journal")]  # fmt: skip
+            capsys.readouterr()
+            assert main([*argv, "--quiet"]) == 1
+            said = capsys.readouterr()
+            assert said.out == ""
+            assert "row(s) failed (the first: " in said.err
+            assert "run the same command again (later, if the service was busy)" in said.err
+            assert main([*argv, "--json"]) == 1
+            said = capsys.readouterr()
+    record = json.loads(said.out)
+    assert record["status"]["failed"] >= 1 and record["exit_code"] == 1
+    assert record["error"].startswith(f"{record['status']['failed']} row(s) failed")

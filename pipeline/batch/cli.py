@@ -508,8 +508,11 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         print_plan(outcome, as_json=args.json)
         return 0
     manifest = summary_json(outcome, scorer.version)
+    failed = failed_rows(outcome)
     if stopped is not None:  # why the run stopped, for a monitor
         manifest["error"] = stopped
+    elif failed is not None:
+        manifest["error"] = failed
     if args.manifest:
         write_manifest(args.manifest, manifest)
     if args.json:
@@ -526,6 +529,9 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         # on stderr, as stdout is for the JSON.
         advice = run_again(outcome, budget_named=args.budget_named)
         print(advice + "\n  " + command_line(sys.argv), file=sys.stderr)
+    elif (args.json or args.quiet) and failed is not None and stopped is None:
+        print(f"decisions: error: {failed}. {RETRY_FAILED}\n  {command_line(sys.argv)}",
+              file=sys.stderr)  # fmt: skip
     return outcome.exit_code
 
 
@@ -629,6 +635,23 @@ RUN_AGAIN_REMOTE = RUN_AGAIN.replace(
 )
 
 
+RETRY_FAILED = (
+    "What was answered is kept and paid once; run the same command again (later, if the "
+    "service was busy) to send the failed rows again:"
+)
+
+
+def failed_rows(outcome: BatchOutcome) -> str | None:
+    """What failed, when rows did (their retries spent: a service busy or down): how many,
+    and the first one's reason."""
+    count = outcome.summary.counts_by_status.get("failed", 0)
+    if not count:
+        return None
+    results = outcome.results
+    first = results.filter(results["status"] == "failed")["error_message"][0]
+    return f"{count:,} row(s) failed (the first: {first})"
+
+
 def rows_left(outcome: BatchOutcome) -> bool:
     """Whether the budget or the balance left rows unscored or unexplained: exit 3, or exit 1
     when a row also failed (one whose retries such a stop cut short stays in doubt)."""
@@ -673,3 +696,5 @@ def print_summary(
         print(f"  wrote {output}")
     if rows_left(outcome):
         print(run_again(outcome, budget_named=budget_named) + "\n  " + command_line(argv))
+    elif (failed := failed_rows(outcome)) is not None:
+        print(f"{failed}. {RETRY_FAILED}\n  {command_line(argv)}")
