@@ -223,7 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # (it loads the commands' modules)
+    except KeyboardInterrupt:
+        print("decisions: interrupted while starting; nothing was done", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     try:
         settings = load_settings()

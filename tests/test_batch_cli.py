@@ -1345,3 +1345,29 @@ def test_empty_lines_above_a_csv_header_are_passed_over_and_counted_as_sheet_row
     frame = pl.read_csv(out, infer_schema=False)
     assert frame["status"].to_list() == ["scored", "rejected"]
     assert frame["error_message"][1].startswith("row 2 (sheet row 5), column 'Price': 'abc'")
+
+
+def test_ctrl_c_while_the_command_loads_stops_it_without_a_traceback():
+    """QA round 32: Ctrl-C in the first tenth of a second (while modules load) printed a
+    Python traceback. The interrupt is raised where an import would take it."""
+    import subprocess
+    import sys
+
+    loading = (
+        "import sys\n"
+        "class Interrupted:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'pipeline.settings':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupted())\n"
+        "from pipeline.entry import main\n"
+        "sys.exit(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", loading, "score", "x.csv"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 130
+    assert done.stderr == "decisions: interrupted while starting; nothing was done\n"
