@@ -313,3 +313,25 @@ def test_a_rerun_stopped_after_paying_leaves_its_record_beside_the_first_runs(
     assert first_run["exit_code"] == 3 and first_run["decisions_spent"] == 100
     # the night's records add up to what the ledger took
     assert 100_000 - stopped["balance_after"] == 100 + 120
+
+
+def test_a_job_whose_journal_is_named_stays_one_when_the_export_changes_format(
+    tmp_path, monkeypatch
+):
+    """QA round 33: an export switched from CSV to XLSX was another job by default, whose first
+    night paid every row again; `journal` in the configuration keeps the job one."""
+    configs = _project(tmp_path)
+    nightly = configs / "nightly.toml"
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = str(tmp_path / "ledger.db")
+    for export in ("portfolio.csv", "portfolio.xlsx"):  # on two nights (two folders)
+        nightly.write_text(
+            f'input = "{SAMPLE / export}"\noutput_dir = "out/{export}"\nformats = ["parquet"]\n'
+            'journal = "journals/agency"\n',
+            encoding="utf-8",
+        )
+        assert main(["nightly", "--db", db]) == 0
+        night = tmp_path / "out" / export / date.today().isoformat()
+        manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["decisions_spent"] == (360 if export.endswith("csv") else 0)
+    assert (tmp_path / "journals" / "agency").is_file()

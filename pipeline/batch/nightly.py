@@ -34,6 +34,10 @@ class NightlyConfig(BaseModel):
     sheet: str | int | None = None  # a name, or a 0-based position
     encoding: str | None = None
     priority: str | None = None  # the column whose highest values are scored first
+    # the job's run journal (`decisions score --journal`): named, it stays the job's when the
+    # export changes its name or format (portfolio.csv -> portfolio.xlsx), which by default
+    # starts another job, whose first night pays every row again
+    journal: Path | None = None
 
     @field_validator("formats", mode="before")
     @classmethod
@@ -115,6 +119,8 @@ def score_arguments(config: NightlyConfig, root: Path, day: date) -> list[str]:
         args += ["--workspace", config.workspace]
     if config.columns is not None:
         args += ["--config", str(_resolved(config.columns, root))]
+    if config.journal is not None:
+        args += ["--journal", str(_resolved(config.journal, root))]
     for option, value in (
         ("--sheet", None if config.sheet is None else str(config.sheet)),
         ("--encoding", config.encoding),
