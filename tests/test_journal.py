@@ -394,12 +394,13 @@ def test_a_second_run_of_the_same_job_is_refused_while_one_runs(tmp_path):
 # -- kill -9 at many points ------------------------------------------------------------------
 
 
-def _settings(folder: Path) -> Path:
+def _settings(folder: Path, batch: str = "", name: str = "settings.toml") -> Path:
+    """Settings of 40 rows a batch; `batch`: more lines of their [batch] table."""
     configs = folder / "configs"
-    configs.mkdir()
-    settings = configs / "settings.toml"
+    configs.mkdir(exist_ok=True)
+    settings = configs / name
     settings.write_text(
-        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n[batch]\nchunk_rows = 40\n',
+        f'[benchmarks]\ntable = "{SAMPLE / "benchmarks.csv"}"\n[batch]\nchunk_rows = 40\n{batch}',
         encoding="utf-8",
     )
     return settings
@@ -711,6 +712,85 @@ def test_rows_files_written_ahead_are_kept_only_for_batches_that_left(tmp_path, 
     assert sorted(pl.read_parquet(folder / name).height for name in listed) == [20, 40, 40]
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID
+
+
+def _killed_with_rows_files_unsent(job: Job, source: Path, monkeypatch, stop: str) -> None:
+    """Score `source` (40 rows a batch) and stop as kill -9 would once the first batch is
+    charged, the second not: `stop` "written ahead", once the rows files of the second and
+    third batches are written ahead, neither batch recorded sent; "recorded", once the second
+    is recorded sent, its rows file not renamed yet. Nothing runs to remove the files."""
+    from pipeline.batch.journal import Journal
+
+    method = {"written ahead": "write_rows_ahead", "recorded": "_name_as_sent"}[stop]
+    original, calls = getattr(Journal, method), []
+
+    def killed_at_the_second_call(journal, *args):
+        calls.append(args)
+        if stop == "recorded" and len(calls) == 2:
+            raise KeyboardInterrupt  # before the rename
+        done = original(journal, *args)
+        if stop == "written ahead" and len(calls) == 2:
+            done.result()  # the file written, fsynced
+            raise KeyboardInterrupt
+        return done
+
+    monkeypatch.setattr(Journal, method, killed_at_the_second_call)
+    charged = job.charged()
+    assert job.score(source) == 130
+    monkeypatch.setattr(Journal, method, original)
+    assert job.charged() - charged == 40
+
+
+@pytest.mark.parametrize(
+    ("stop", "answers"),
+    [("written ahead", "none yet"), ("written ahead", "all stale"), ("recorded", "none yet")],
+)
+def test_rows_files_of_batches_a_killed_run_never_sent_are_not_taken_for_lost_batches(
+    tmp_path, monkeypatch, capsys, answers, stop
+):
+    """QA round 33: after a kill -9, the rerun warned that the journal "had lost its record of
+    1 batch": the next batch's rows file, written ahead and never marked sent, was taken back
+    as a sent batch; its rows then counted in no figure (not as stale answers paid again).
+    Rows files are now named unsent until their batch is recorded; one recorded, whose rename
+    the kill cut short, is renamed when the journal is next opened."""
+    stale = answers == "all stale"
+    batch = "freshness_days = 0\n" if stale else ""
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path, batch)))
+    job = Job(tmp_path)
+    if stale:
+        assert job.score(SAMPLE / "portfolio.csv") == 0  # answers stale at once: all paid again
+    before = job.charged()
+    _killed_with_rows_files_unsent(job, SAMPLE / "portfolio.csv", monkeypatch, stop)
+    capsys.readouterr()
+    assert job.score(SAMPLE / "portfolio.csv", "--json") == 0
+    printed = capsys.readouterr()
+    assert "lost its record" not in printed.err
+    assert job.charged() - before == DISTINCT_VALID  # with the killed run's: one run's charges
+    notes = json.loads(printed.out)["notes"]
+    spent = DISTINCT_VALID - 40
+    reused = notes["Reused from the journal (0 decisions)"]
+    replayed = notes.get("Replayed from an earlier run's charges (not paid again)", 0)
+    assert reused + replayed + spent == DISTINCT_VALID  # the killed run's 40, then the rest
+    # every row the killed run did not pay had a stale answer, paid again
+    assert notes.get("Answers older than 0 days, paid again", 0) == (spent if stale else 0)
+    assert not list(results_folder(Path(job.journal)).glob("*.unsent.parquet"))
+
+
+def test_a_batch_sent_from_a_rows_file_written_ahead_is_taken_back_if_the_database_loses_it(
+    tmp_path, monkeypatch, capsys
+):
+    # Renamed as its batch is marked sent, it is a sent batch's rows file like any other.
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))  # 40 rows a batch
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv", "--budget", "100") == 3  # 40 + 40 (ahead) + 20
+    for answers in results_folder(Path(job.journal)).glob("*.answers.parquet"):
+        answers.unlink()  # as if killed before they were written: the 100 rows in doubt
+    with closing(sqlite3.connect(job.journal)) as db:
+        db.execute("DELETE FROM batches")  # its -wal file removed after a crash
+        db.commit()
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert "had lost its record of 3 batches (the file" in capsys.readouterr().err
+    assert job.charged() == DISTINCT_VALID  # the first 100 replayed, not paid again
 
 
 # Borderline: rows whose reasoning the budget cannot pay stay scored, so the exit code is 0.

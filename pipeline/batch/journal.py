@@ -6,6 +6,7 @@ plus Parquet files beside it holding the rows of each batch:
 
     (new) -> sent -> done          per batch, in SQLite (synchronous=FULL)
     <batch>.<crc>.rows.parquet     fingerprint, idempotency key and cost of every row sent
+                                   (`.unsent.parquet` until the batch is recorded sent)
     <batch>.<crc>.answers.parquet  every row's answer: status and result columns
 
 (<crc>: the CRC-32 of the file's bytes, checked before the file is believed; see `_write`.)
@@ -79,6 +80,8 @@ _ROWS_SCHEMA = {"fingerprint": pl.String(), "idempotency_key": pl.String(), "cos
 _ANSWERED_SCHEMA = {"status": pl.String(), "scored_at": pl.Float64()}  # of an answers file
 _FINAL = ("scored", "rejected")
 _LAST_RESULTS, _LAST_REJECTS = "last-run.results.parquet", "last-run.rejects.parquet"
+# A recorded batch's rows file, and one written for a batch not recorded yet (see `mark_sent`)
+_ROWS, _UNSENT = ".rows.parquet", ".unsent.parquet"
 # Reading a journal costs one file pair per batch: a few nights of a large file, then compact.
 COMPACT_AFTER_BATCHES = 150
 
@@ -125,6 +128,8 @@ class Journal:
             raise UsageError(f"cannot open the run journal {self.path}: {exc}") from exc
         if moving_in:
             self._move_in(legacy)
+        self._checked: dict[str, bool] = {}  # file name: intact (see _intact)
+        self._settle_unsent_rows()
         self.taken_back = 0 if moving_in else self._take_back_batches()
         self.journal_id = self._meta("journal_id") or self._set_meta("journal_id", uuid.uuid4().hex)
         self.verdicts_path = self._verdict_history(verdicts)
@@ -134,16 +139,16 @@ class Journal:
         # database) once its answers file is.
         self._writer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="journal")
         self._recording: list[tuple[Future[str], str, float]] = []
-        self._checked: dict[str, bool] = {}  # file name: intact (see _intact)
 
     def _take_back_batches(self) -> int:
         """Batches whose files are in the journal's folder but not in its database, put back;
         how many. The database lost its record of them (deleted, emptied, or its -wal file
         removed after a crash): the rows sent would go again under new keys, paid twice.
         Each comes back as sent, with its latest answers file: rows answered are done, the
-        others in doubt, resent under their keys and replayed, not paid again (a rows file
-        written ahead for a batch that never left: embedded, the ledger says it was never
-        charged, and it is new work)."""
+        others in doubt, resent under their keys and replayed, not paid again. A rows file
+        written for a batch that was never recorded (written ahead, say) is named apart and
+        not taken (`_settle_unsent_rows`); one an earlier version left under a sent batch's
+        name is: embedded, the ledger says it was never charged, and its rows are new work."""
         known = {
             name
             for names in self._db.execute("SELECT rows_file, answers_file FROM batches")
@@ -173,6 +178,20 @@ class Journal:
             )  # fmt: skip
         return len(taken)
 
+    def _settle_unsent_rows(self) -> None:
+        """Rows files a run left under their unsent name (`write_rows`), killed before their
+        batch was recorded (`mark_sent`) or after, before the rename. Recorded: renamed, as
+        `mark_sent` would have. Not: removed, as their batch never left (nothing of it was
+        charged; its rows are new work); left, one would be taken for a sent batch whose
+        record the database lost (QA round 33). The job's lock keeps away any run that could
+        still be sending them."""
+        recorded = {name for (name,) in self._db.execute("SELECT rows_file FROM batches")}
+        for left in self.files.glob(f"*{_UNSENT}"):
+            if _as_sent(left.name) in recorded:
+                self._name_as_sent(left.name)
+            else:
+                left.unlink(missing_ok=True)
+
     def _move_in(self, legacy: Path) -> None:
         """A journal of an earlier version: copy the files of its batches from the folder it
         may share with another journal into its own (the new folder appears whole, or not at
@@ -195,11 +214,7 @@ class Journal:
                 target.flush()
                 os.fsync(target.fileno())
         os.rename(staging, self.files)
-        directory = os.open(self.files.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)  # the rename itself survives a power cut
-        finally:
-            os.close(directory)
+        _fsync_folder(self.files.parent)  # the rename itself survives a power cut
         self._db.execute("DELETE FROM meta WHERE name IN ('last_run', 'last_run_notes')")
 
     def close(self) -> None:
@@ -534,16 +549,30 @@ class Journal:
     # -- writing ------------------------------------------------------------------------------
 
     def write_rows(self, rows: pl.DataFrame, batch_key: str) -> str:
-        """A batch's rows file (fingerprints, keys, costs), fsynced; its name. Nothing refers
-        to it until `mark_sent`, so a file written for a batch that never leaves is harmless."""
+        """A batch's rows file (fingerprints, keys, costs), fsynced; its name. Named unsent
+        (`.unsent.parquet`) until `mark_sent` records the batch: a file written for a batch
+        that never leaves (written ahead, a run killed before the batch is recorded) tells
+        so, and is not taken for a sent batch the database lost (`_settle_unsent_rows`)."""
         return self._write(
             rows.select(pl.col(c).cast(t) for c, t in _ROWS_SCHEMA.items()),
-            f"{_safe(batch_key)}-{uuid.uuid4().hex[:8]}.rows.parquet",
+            f"{_safe(batch_key)}-{uuid.uuid4().hex[:8]}{_UNSENT}",
         )
 
     def write_rows_ahead(self, rows: pl.DataFrame, batch_key: str) -> Future[str]:
         """`write_rows` in the background, while the batch before it is scored."""
         return self._writer.submit(self.write_rows, rows, batch_key)
+
+    def _name_as_sent(self, rows_file: str) -> None:
+        """A rows file written unsent renamed to the name its batch's record gives it (same
+        bytes, same checksum), the folder fsynced: done before the requests leave, so a
+        power cut after they did keeps the name the database refers to."""
+        named = _as_sent(rows_file)
+        if named == rows_file:
+            return
+        with _writing_journal(self.files / named):
+            os.replace(self.files / rows_file, self.files / named)
+            _fsync_folder(self.files)
+        self._checked[named] = self._checked.pop(rows_file, True)
 
     def discard_rows(self, rows_file: str) -> None:
         """A rows file written ahead for a batch that did not leave as it was written."""
@@ -558,7 +587,7 @@ class Journal:
         again: bool = False,
     ) -> None:
         """Before the requests leave: their fingerprints, keys and costs, and the batch `sent`.
-        `rows_file`: these rows' file, already written by `write_rows`.
+        `rows_file`: these rows' file, already written by `write_rows` (ahead, say).
 
         From here on a crash leaves them in doubt, to be resent under the same keys. `again`:
         the batch is being resent (it was in doubt); its rows not among `rows` (not in this
@@ -574,11 +603,15 @@ class Journal:
         if rows_file is None:
             rows_file = self.write_rows(rows, batch_key)
         now = time.time()
+        # Recorded under the name the file is given next: the record is what says the batch
+        # may have left (a crash between the two: `_settle_unsent_rows` renames it).
         self._db.execute(
             "INSERT OR REPLACE INTO batches (batch_key, state, rows_file, answers_file, rows,"
             " created_at, updated_at) VALUES (?, 'sent', ?, ?, ?, ?, ?)",
-            (batch_key, rows_file, earlier[1] if earlier else None, rows.height, now, now),
-        )
+            (batch_key, _as_sent(rows_file), earlier[1] if earlier else None, rows.height, now,
+             now),
+        )  # fmt: skip
+        self._name_as_sent(rows_file)
 
     def forget_batch(self, batch_key: str) -> None:
         """A batch known never to have been charged: its rows count as never sent. Its files
@@ -716,8 +749,9 @@ class Journal:
             latest_rows, on="fingerprint", how="inner", maintain_order="left"
         )
         key = f"{COMPACTED_BATCH}{uuid.uuid4().hex[: _COMPACTED_KEY - len(COMPACTED_BATCH)]}"
-        rows_file = self._write(kept_rows, f"{key}.rows.parquet")
+        unsent = self._write(kept_rows, f"{key}{_UNSENT}")  # (see `mark_sent`)
         answers_file = self._write(kept, f"{key}.answers.parquet")
+        rows_file = _as_sent(unsent)
         now = time.time()
         self._db.execute("BEGIN IMMEDIATE")
         try:
@@ -733,6 +767,7 @@ class Journal:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+        self._name_as_sent(unsent)
         live = {rows_file, answers_file, _LAST_RESULTS, _LAST_REJECTS}
         live |= {"verdicts.parquet", self._pending_verdicts.name}  # (this run's, not kept yet)
         live |= {name for b in batches if b[0] in holding for name in b[2:4] if name}
@@ -801,6 +836,22 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     """Written completely (fsynced) under a temporary name, then renamed into place."""
     with atomic_path(path) as temporary:
         frame.write_parquet(temporary, compression="lz4")
+
+
+def _as_sent(rows_file: str) -> str:
+    """The name of a rows file once its batch is recorded (see `Journal.write_rows`)."""
+    if rows_file.endswith(_UNSENT):
+        return rows_file.removesuffix(_UNSENT) + _ROWS
+    return rows_file
+
+
+def _fsync_folder(folder: Path) -> None:
+    """A rename in `folder` made durable (it survives a power cut)."""
+    directory = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def _crc32(path: Path) -> int:
