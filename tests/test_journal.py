@@ -484,6 +484,35 @@ def test_compaction_keeps_every_fresh_answer(tmp_path, monkeypatch):
     assert job.results().drop("decisions_used").equals(first.drop("decisions_used"))
 
 
+def test_a_journal_whose_answers_are_paid_again_and_again_is_compacted(tmp_path, monkeypatch):
+    """QA round 33: answers paid again once stale stayed in the journal beside the new ones,
+    which every run reads: compaction waited for 150 batches, so a nightly job's journal grew
+    from 86 MB to 400 MB in 35 nights, and its memory with it. Once its batches hold more
+    than twice the rows worth keeping, a finished run compacts them, keeping what it paid."""
+    stale = _settings(tmp_path, "freshness_days = 0\n", name="stale.toml")  # 40 rows a batch
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(stale))
+    job = Job(tmp_path)
+    for _ in range(3):
+        assert job.score(SAMPLE / "portfolio.csv") == 0  # every answer stale: all paid again
+    assert job.charged() == 3 * DISTINCT_VALID
+    with closing(sqlite3.connect(job.journal)) as db:
+        batches, rows = db.execute("SELECT COUNT(*), SUM(rows) FROM batches").fetchone()
+    assert (batches, rows) == (1, DISTINCT_VALID)  # was 27 batches holding 1,080 rows
+    paid = job.results()
+
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path, name="fresh.toml")))
+    shuffled = tmp_path / "shuffled.csv"  # the same listings in another order: read again
+    read_table(SAMPLE / "portfolio.csv").sample(fraction=1.0, shuffle=True, seed=1).write_csv(
+        shuffled
+    )
+    assert job.score(shuffled) == 0
+    assert job.charged() == 3 * DISTINCT_VALID  # the last run's answers kept: nothing paid
+    again = job.results()
+    assert again["decisions_used"].sum() == 0
+    verdicts = ["Listing ID", "status", "verdict", "score"]
+    assert again.select(verdicts).sort(verdicts).equals(paid.select(verdicts).sort(verdicts))
+
+
 def test_a_compacted_batch_whose_answers_are_lost_is_scored_again_free(tmp_path, monkeypatch):
     # Its rows were paid under the keys of the batches folded into it; the ledger never saw
     # the compacted batch's key, so it was taken for a batch never charged: all paid again.

@@ -21,7 +21,8 @@ charge instead of taking a second.
 
 Why not one SQLite row per request: measured here, inserting and updating a million keyed
 rows costs 16-35 s, several times the whole rest of a million-row run; Parquet files per
-batch cost a second or two. Once a finished job holds many batches, they are compacted into one.
+batch cost a second or two. Once a finished job's batches hold more than twice the rows worth
+keeping (answers paid again leave their old copies), or many batches, they are compacted into one.
 """
 
 from __future__ import annotations
@@ -82,8 +83,11 @@ _FINAL = ("scored", "rejected")
 _LAST_RESULTS, _LAST_REJECTS = "last-run.results.parquet", "last-run.rejects.parquet"
 # A recorded batch's rows file, and one written for a batch not recorded yet (see `mark_sent`)
 _ROWS, _UNSENT = ".rows.parquet", ".unsent.parquet"
-# Reading a journal costs one file pair per batch: a few nights of a large file, then compact.
+# Reading a journal costs one file pair per batch, and every row they hold: past so many
+# batches, or once they hold more rows than so many for each worth keeping, a finished run
+# compacts them (see `Journal._outgrown`).
 COMPACT_AFTER_BATCHES = 150
+COMPACT_PAST_ROWS_PER_ROW_KEPT = 2
 
 
 class LastRun(NamedTuple):
@@ -139,6 +143,7 @@ class Journal:
         # database) once its answers file is.
         self._writer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="journal")
         self._recording: list[tuple[Future[str], str, float]] = []
+        self._sent_any = False  # whether a batch was marked sent since the journal was opened
 
     def _take_back_batches(self) -> int:
         """Batches whose files are in the journal's folder but not in its database, put back;
@@ -350,12 +355,14 @@ class Journal:
         return None if since is None else float(since)
 
     def finish_run(self, freshness_days: float, *, keep: LastRun | None = None) -> None:
-        """Close the run; past COMPACT_AFTER_BATCHES, fold the batches into one file first.
+        """Close the run; once the batches have outgrown what they hold (`_outgrown`), fold
+        them into one file first, keeping the answers this run recorded whatever their age.
         `keep`: the run written by `write_last_run`, answered again for its key from now on,
         in the transaction that closes the run (a run stopped before it is resumed, its output
         the uninterrupted one; after it, finished)."""
-        if len(self._batches()) > COMPACT_AFTER_BATCHES:
-            self.compact(freshness_days)
+        began = self.open_run_since()
+        if self._outgrown(_kept_after(freshness_days, began)):
+            self.compact(freshness_days, run_began=began)
         self._db.execute("BEGIN IMMEDIATE")
         try:
             if keep is not None:
@@ -365,6 +372,51 @@ class Journal:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+    def _outgrown(self, fresh_after: float) -> bool:
+        """Whether the batches are worth compacting: past COMPACT_AFTER_BATCHES, or holding
+        more than COMPACT_PAST_ROWS_PER_ROW_KEPT rows for each that compaction would keep.
+        Answers paid again once stale stay in their batches, and every run reads them all: a
+        nightly job that re-pays its 300,000 rows now and then grew from 86 MB to 400 MB over
+        35 nights, and the memory of the same small night from 830 MiB to 2,000 (QA round 33),
+        well short of 150 batches. Decided from the database, and, after a run that sent
+        rows (one that sent none added nothing since the last decision), from the three
+        columns of the answers files `states` reads at the start of a run."""
+        batches = self._batches()
+        if len(batches) <= 1:
+            return False
+        if len(batches) > COMPACT_AFTER_BATCHES:
+            return True
+        if not self._sent_any:
+            return False
+        held = dict(self._db.execute("SELECT batch_key, rows FROM batches").fetchall())
+        worth = self._rows_worth_keeping(batches, held, fresh_after)
+        return sum(held.values()) > COMPACT_PAST_ROWS_PER_ROW_KEPT * worth
+
+    def _rows_worth_keeping(
+        self,
+        batches: list[tuple[str, str, str, str | None, float]],
+        held: dict[str, int],
+        fresh_after: float,
+    ) -> int:
+        """About what `compact` would keep of `batches` (`held`: the rows of each): one row
+        per fingerprint with a final answer recorded since `fresh_after`, and the batches that
+        may hold rows in doubt, whole (sent and unanswered, a row failed, answers damaged).
+        A file that cannot be read: every row counts (no compaction on a guess)."""
+        answered = [a if a is not None and self._intact(a) else None for _, _, _, a, _ in batches]
+        try:
+            answers = self._scan_each(answered, ["fingerprint", *_ANSWERED_SCHEMA])
+        except (OSError, pl.exceptions.PolarsError):
+            return sum(held.values())
+        fresh = pl.col("status").is_in(_FINAL) & (pl.col("scored_at") >= fresh_after)
+        kept = answers.filter(fresh)["fingerprint"].hash().n_unique()
+        failed = set(answers.filter(pl.col("status") == "failed")["_order"].to_list())
+        doubtful = [
+            key
+            for order, (key, state, *_) in enumerate(batches)
+            if state != "done" or answered[order] is None or order in failed
+        ]
+        return kept + sum(held[key] for key in doubtful)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -602,6 +654,7 @@ class Journal:
             rows_file = None
         if rows_file is None:
             rows_file = self.write_rows(rows, batch_key)
+        self._sent_any = True
         now = time.time()
         # Recorded under the name the file is given next: the record is what says the batch
         # may have left (a crash between the two: `_settle_unsent_rows` renames it).
@@ -701,8 +754,10 @@ class Journal:
     def _pending_verdicts(self) -> Path:
         return self.verdicts_path.with_name(f"{self.verdicts_path.stem}.pending.parquet")
 
-    def compact(self, freshness_days: float) -> None:
-        """One rows file and one answers file holding every final answer still fresh.
+    def compact(self, freshness_days: float, *, run_began: float | None = None) -> None:
+        """One rows file and one answers file holding every final answer still fresh, and
+        those recorded since `run_began` (the run being closed: what it just paid for is not
+        dropped because this run's `freshness_days` is short, a later run's may be longer).
 
         Batches holding requests still in doubt (failed, or left unanswered in a resent batch)
         are kept as they are, keys and all, until those are answered: folded, they would be
@@ -717,27 +772,15 @@ class Journal:
         folded = [b for b in batches if b[0] not in holding]
         if len(folded) <= 1:
             return
-        fresh_after = time.time() - freshness_days * 86_400
-
-        answers = []
-        rows = []
-        for order, (_, _, rows_file, answers_file, _) in enumerate(folded):
-            if answers_file is not None:  # a batch still sent has none (its rows answered since)
-                stored = pl.read_parquet(self.files / answers_file).filter(
-                    pl.col("status").is_in(_FINAL) & (pl.col("scored_at") >= fresh_after)
-                )
-                answers.append(stored.with_columns(_order=pl.lit(order)))
-            rows.append(pl.read_parquet(self.files / rows_file).with_columns(_order=pl.lit(order)))
-        if not answers:
+        fresh_after = _kept_after(freshness_days, run_began)
+        answered = [answers_file for _, _, _, answers_file, _ in folded]
+        if all(name is None for name in answered):  # (a batch still sent has none)
             return
-        kept = (
-            pl.concat(answers, how="diagonal_relaxed")
-            .sort("_order")
-            .unique("fingerprint", keep="last", maintain_order=True)
-            .drop("_order")
-            # the kept batches decide for what they hold (the folded one is newer)
-            .join(doubt.select("fingerprint"), on="fingerprint", how="anti")
-        )
+        kept = self._answers_kept(answered, fresh_after, doubt["fingerprint"])
+        rows = [
+            pl.read_parquet(self.files / rows_file).with_columns(_order=pl.lit(order))
+            for order, (_, _, rows_file, _, _) in enumerate(folded)
+        ]
         latest_rows = (
             pl.concat(rows, how="diagonal_relaxed")
             .sort("_order")
@@ -774,6 +817,32 @@ class Journal:
         for stale in self.files.glob("*.parquet"):
             if stale.name not in live:
                 stale.unlink()
+
+    def _answers_kept(
+        self, answered: list[str | None], fresh_after: float, in_doubt: pl.Series
+    ) -> pl.DataFrame:
+        """The answers a compaction keeps from the answers files `answered` (in the order
+        their batches were sent): each fingerprint's latest final answer recorded since
+        `fresh_after`, unless `in_doubt` (the batches kept decide for those, being newer).
+        Chosen from three columns first, then read file by file: a journal holding every
+        answer twice over (paid again once stale) is never read whole at once."""
+        narrow = self._scan_each(answered, ["fingerprint", *_ANSWERED_SCHEMA])
+        fresh = pl.col("status").is_in(_FINAL) & (pl.col("scored_at") >= fresh_after)
+        chosen = (
+            narrow.with_columns(_row=pl.int_range(pl.len(), dtype=pl.UInt32).over("_order"))
+            .filter(fresh)
+            .unique("fingerprint", keep="last", maintain_order=True)  # in the order sent
+            .join(in_doubt.to_frame("fingerprint"), on="fingerprint", how="anti")
+        )
+        parts = []
+        for (order,), rows in chosen.partition_by("_order", as_dict=True).items():
+            stored = pl.read_parquet(self.files / str(answered[order]), row_index_name="_row")
+            wanted = rows.select(pl.col("_row").cast(stored.schema["_row"]))
+            parts.append(stored.join(wanted, on="_row", how="semi").drop("_row"))
+        if not parts:  # none fresh: no rows, the columns of an answers file
+            first = next(name for name in answered if name is not None)
+            return pl.read_parquet(self.files / first, n_rows=0)
+        return pl.concat(parts, how="diagonal_relaxed")
 
     def forget_last_run(self) -> None:
         """Before a run's output files are rewritten: no run is answered again until
@@ -836,6 +905,13 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     """Written completely (fsynced) under a temporary name, then renamed into place."""
     with atomic_path(path) as temporary:
         frame.write_parquet(temporary, compression="lz4")
+
+
+def _kept_after(freshness_days: float, run_began: float | None) -> float:
+    """When the oldest answer a compaction keeps was recorded: fresh ones, and those of the
+    run that began at `run_began` (None: not known, begun by an earlier version)."""
+    fresh_after = time.time() - freshness_days * 86_400
+    return fresh_after if run_began is None else min(fresh_after, run_began)
 
 
 def _as_sent(rows_file: str) -> str:
