@@ -361,7 +361,7 @@ class Journal:
         in the transaction that closes the run (a run stopped before it is resumed, its output
         the uninterrupted one; after it, finished)."""
         began = self.open_run_since()
-        if self._outgrown(_kept_after(freshness_days, began)):
+        if self._outgrown(_kept_after(freshness_days, began), began):
             self.compact(freshness_days, run_began=began)
         self._db.execute("BEGIN IMMEDIATE")
         try:
@@ -373,7 +373,7 @@ class Journal:
             raise
         self._db.execute("COMMIT")
 
-    def _outgrown(self, fresh_after: float) -> bool:
+    def _outgrown(self, fresh_after: float, run_began: float | None = None) -> bool:
         """Whether the batches are worth compacting: past COMPACT_AFTER_BATCHES, or holding
         more than COMPACT_PAST_ROWS_PER_ROW_KEPT rows for each that compaction would keep.
         Answers paid again once stale stay in their batches, and every run reads them all: a
@@ -390,6 +390,14 @@ class Journal:
         if not self._sent_any:
             return False
         held = dict(self._db.execute("SELECT batch_key, rows FROM batches").fetchall())
+        if run_began is not None:
+            # This run's batches hold distinct requests it just answered, all worth keeping:
+            # when they are half the rows or more (a first run), no file need be read.
+            sent_now = self._db.execute(
+                "SELECT COALESCE(SUM(rows), 0) FROM batches WHERE created_at >= ?", (run_began,)
+            ).fetchone()[0]
+            if sum(held.values()) <= COMPACT_PAST_ROWS_PER_ROW_KEPT * sent_now:
+                return False
         worth = self._rows_worth_keeping(batches, held, fresh_after)
         return sum(held.values()) > COMPACT_PAST_ROWS_PER_ROW_KEPT * worth
 
