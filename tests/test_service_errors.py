@@ -421,3 +421,23 @@ def test_the_workspace_endpoint_names_the_keys_workspace_and_balance(service: Se
         assert_error(response, 401, "invalid_api_key")
         assert response.headers["www-authenticate"] == "Bearer"
     assert_error(service.client.post(url, json={}), 405, "method_not_allowed")
+
+
+def test_the_access_log_names_a_refused_key_by_its_prefix_and_marks_replays(
+    service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    """QA round 34: calls with a revoked key were logged `key=-`, and an operator could not
+    tell which client still used it; replayed answers (charged before, not now) looked like
+    charges."""
+    caplog.set_level(logging.INFO)
+    replay = {"Idempotency-Key": "listing-17"}
+    assert service.post(body(), headers=replay).status_code == 200
+    assert service.post(body(), headers=replay).status_code == 200
+    first, again = _access_lines(caplog, 2)
+    assert " replayed " not in first and f"200 key={service.key[:11]} replayed " in again
+    service.accounts.revoke_key(service.key[:11])
+    assert_error(service.post(body()), 401, "invalid_api_key")
+    assert f"401 key={service.key[:11]} " in _access_lines(caplog, 3)[-1]
+    assert_error(service.post(body(), key="sk-" + "a" * 40), 401, "invalid_api_key")
+    assert "401 key=- " in _access_lines(caplog, 4)[-1]  # malformed: nothing of it logged
+    assert all(service.key[12:] not in line for line in _access_lines(caplog, 4))

@@ -1,7 +1,9 @@
 """The access log: one line per request with the API key's display prefix, never the key.
 
 uvicorn's own access log is switched off; this middleware writes method, path (without the query
-string), status, key prefix and time. The handler puts the prefix in `scope["state"]`.
+string), status, key prefix (of a key refused too, when well formed: which client still calls
+with a revoked key), `replayed` for an answer replayed under its Idempotency-Key (charged
+before, not now), and time. The handler puts what it knows in `scope["state"]`.
 """
 
 from __future__ import annotations
@@ -67,12 +69,13 @@ class AccessLog:
             state: dict[str, Any] = scope.get("state") or {}
             client = scope.get("client") or ("-", 0)
             log.info(
-                '%s:%s "%s %s" %d key=%s %.1fms',
+                '%s:%s "%s %s" %d key=%s%s %.1fms',
                 _host(str(client[0])),
                 client[1],
                 _said(scope["method"]),
                 _said(scope["path"]),
                 status,
                 state.get("key_prefix", "-"),
+                " replayed" if state.get("replayed") else "",
                 (time.perf_counter() - started) * 1000,
             )

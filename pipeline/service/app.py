@@ -16,7 +16,13 @@ from pipeline.ledger.key_text import redact_keys
 from pipeline.service.access_log import AccessLog
 from pipeline.service.activity import ConnectionActivity
 from pipeline.service.errors import ApiError, internal_error, json_response, translate
-from pipeline.service.handler import MAX_BODY_BYTES, Decider, DecisionHandler, Incoming
+from pipeline.service.handler import (
+    MAX_BODY_BYTES,
+    Decider,
+    DecisionHandler,
+    Incoming,
+    refused_key_prefix,
+)
 from pipeline.service.openapi import (
     DECISION_OPERATION,
     WORKSPACE_OPERATION,
@@ -127,11 +133,13 @@ def create_app(
         response_class=Response,
     )
     async def show_workspace(request: Request) -> Response:
+        state = request.scope.setdefault("state", {})
         try:
             caller = handler.authenticate(_authorization(request))
-            request.scope.setdefault("state", {})["key_prefix"] = caller.key_prefix
+            state["key_prefix"] = caller.key_prefix
             balance = desk.balance(caller.workspace)
         except PipelineError as exc:
+            state.setdefault("key_prefix", refused_key_prefix(_authorization(request)) or "-")
             return translate(exc).response()
         return json_response(200, {"workspace": caller.workspace, "balance": balance})
 
