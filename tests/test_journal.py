@@ -1165,6 +1165,30 @@ def test_a_job_keeps_one_verdict_history_whether_its_journal_is_named_or_not(tmp
     assert night(0, 119) >= 20  # the default again
 
 
+def test_a_night_with_a_short_freshness_window_keeps_the_answers_of_the_usual_one(
+    tmp_path, monkeypatch
+):
+    """QA round 35: night 1 (30 days) paid 360; night 2, with a window of 0 days, scored the
+    first 200 rows and compacted the journal to them; night 3 (30 days) paid 164 again for
+    answers minutes old. Compaction keeps what the longest window a run used keeps."""
+    settings = _settings(tmp_path)  # 40 rows a batch
+    usual = settings.read_text(encoding="utf-8")
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    job = Job(tmp_path)
+    source = tmp_path / "listings.csv"
+    listings = read_table(SAMPLE / "portfolio.csv")
+    listings.write_csv(source)
+    assert job.score(source) == 0
+    settings.write_text(usual + "freshness_days = 0\n", encoding="utf-8")
+    listings.head(200).write_csv(source)
+    assert job.score(source) == 0  # every answer stale: paid again
+    paid = job.charged()
+    settings.write_text(usual, encoding="utf-8")
+    listings.write_csv(source)
+    assert job.score(source) == 0
+    assert job.charged() == paid  # every answer is minutes old
+
+
 def test_a_large_run_stopped_by_its_budget_finishes_when_run_again(tmp_path):
     # 8,700 distinct requests: their fingerprints come from the streaming engine in several
     # chunks, and the rows left to send are filtered from them (polars 2.1 panicked on those)

@@ -361,8 +361,9 @@ class Journal:
         in the transaction that closes the run (a run stopped before it is resumed, its output
         the uninterrupted one; after it, finished)."""
         began = self.open_run_since()
-        if self._outgrown(_kept_after(freshness_days, began), began):
-            self.compact(freshness_days, run_began=began)
+        longest = self._longest_freshness(freshness_days)
+        if self._outgrown(_kept_after(longest, began), began):
+            self.compact(longest, run_began=began)
         self._db.execute("BEGIN IMMEDIATE")
         try:
             if keep is not None:
@@ -372,6 +373,16 @@ class Journal:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+    def _longest_freshness(self, freshness_days: float) -> float:
+        """The longest freshness window any run of this job has used, this one's included:
+        compaction keeps what that window keeps. (QA 35: a night run with a window of 0 days
+        compacted away the answers of rows not in its file, which the job's usual 30-day
+        nights then paid again.)"""
+        longest = max(freshness_days, float(self._meta("longest_freshness_days") or 0))
+        if self._meta("longest_freshness_days") != repr(longest):
+            self._set_meta("longest_freshness_days", repr(longest))
+        return longest
 
     def _outgrown(self, fresh_after: float, run_began: float | None = None) -> bool:
         """Whether the batches are worth compacting: past COMPACT_AFTER_BATCHES, or holding
