@@ -1189,6 +1189,33 @@ def test_a_night_with_a_short_freshness_window_keeps_the_answers_of_the_usual_on
     assert job.charged() == paid  # every answer is minutes old
 
 
+def test_a_batch_replayed_by_a_stopped_run_is_still_an_earlier_runs_charge_when_resumed(
+    tmp_path, monkeypatch
+):
+    """QA round 35: as above, but run 2 resent a batch in doubt (a replay, free) before it was
+    killed: the batch then looked sent by run 2, and run 3's output showed its cost (281
+    where the ledger took 241 since run 2 began). The embedded ledger says when it paid."""
+    from pipeline.batch.journal import Journal
+
+    job, source, listings = _killed_on_a_copy(tmp_path, monkeypatch)  # 80 in doubt, of 120
+    changed = listings.with_columns(
+        pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("999000"))
+        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+    )  # fmt: skip
+    changed.write_csv(source)
+    record = Journal.record
+
+    def killed_at_its_first_answers(journal, answers, batch_key):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Journal, "record", killed_at_its_first_answers)
+    assert job.score(source) == 130  # run 2: replayed a batch in doubt, then stopped
+    monkeypatch.setattr(Journal, "record", record)
+    assert job.charged() == 120
+    assert job.score(source) == 0  # run 3: resumes run 2
+    assert job.results()["decisions_used"].sum() == job.charged() - 120
+
+
 def test_a_large_run_stopped_by_its_budget_finishes_when_run_again(tmp_path):
     # 8,700 distinct requests: their fingerprints come from the streaming engine in several
     # chunks, and the rows left to send are filtered from them (polars 2.1 panicked on those)

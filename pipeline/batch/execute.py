@@ -335,12 +335,16 @@ class Executor:
         return paid if keep_costs and not earlier_charge else answers
 
     def _sent_before_resumed_run(self, batch_key: str) -> bool:
-        """Whether a batch in doubt was last sent before the run this one resumes began: any
-        charge it replays was then made by an earlier run, which the output shows at 0 (as
-        `_reused` does its answers). Sent since, it may have been charged by the stopped run,
-        which the output counts."""
+        """Whether a batch in doubt was charged before the run this one resumes began: its
+        charge was then made by an earlier run, which the output shows at 0 (as `_reused`
+        does its answers). When the charge was made, the embedded ledger tells; through a
+        service, a batch last sent before then was charged before then too (sent since, the
+        stopped run may have paid it, which the output counts)."""
         if self.journal is None or self.resumed_since is None:
             return False
+        charged_at = self.scorer.batch_charged_at(batch_key)
+        if charged_at is not None:
+            return charged_at < self.resumed_since
         sent_at = self.journal.sent_at(batch_key)
         return sent_at is not None and sent_at < self.resumed_since
 

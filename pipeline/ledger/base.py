@@ -83,6 +83,10 @@ class Ledger(Protocol):
         """True if a charge under `idempotency_key` stands: a `charge` with it replays, free."""
         ...
 
+    def charged_at(self, workspace: str, idempotency_key: str) -> float | None:
+        """When the charge under `idempotency_key` was made (None: no charge stands)."""
+        ...
+
     def charge_each(
         self, charges: Sequence[tuple[str, ChargeRequest]], *, wait: bool = True
     ) -> list[Charge | LedgerError]:

@@ -301,6 +301,18 @@ class SqliteLedger:
         )
         return row is not None
 
+    def charged_at(self, workspace: str, idempotency_key: str) -> float | None:
+        row = (
+            self._connection()
+            .execute(
+                "SELECT i.created_at FROM idempotency i JOIN workspaces w ON w.id = i.workspace_id"
+                " WHERE w.name = ? AND i.key = ?",
+                (workspace, idempotency_key),
+            )
+            .fetchone()
+        )
+        return None if row is None else float(row[0])
+
     def charge(self, workspace: str, request: ChargeRequest, *, wait: bool = True) -> Charge:
         (outcome,) = self.charge_each([(workspace, request)], wait=wait)
         if isinstance(outcome, LedgerError):

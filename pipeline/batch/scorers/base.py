@@ -104,6 +104,11 @@ class Scorer(Protocol):
         without sending (embedded: the ledger says); None when it cannot (a remote service)."""
         ...
 
+    def batch_charged_at(self, batch_key: str) -> float | None:
+        """When the batch sent under `batch_key` was charged, when the scorer can know it
+        without sending (embedded: the ledger says); None when it cannot, or none was."""
+        ...
+
     def scoring_ahead(self, requests: pl.DataFrame) -> AbstractContextManager[None]:
         """While the block runs, `score` may take what costs nothing from work done ahead on
         `requests` (the new requests of a pass, in sending order). Charges nothing."""

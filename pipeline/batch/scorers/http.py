@@ -286,6 +286,9 @@ class HttpScorer:
     def batch_charged(self, batch_key: str) -> bool | None:
         return None  # each request has its own key, and the service is asked only by sending
 
+    def batch_charged_at(self, batch_key: str) -> float | None:
+        return None  # the service tells a replay, not when its charge was made
+
     def identify(self) -> tuple[str, int] | None:
         """The key's workspace and balance from GET /v1/workspace (our service's addition to
         the spec), before anything is sent; the balance seeds `--reserve`, the workspace is

@@ -64,6 +64,11 @@ class LocalScorer:
             return True
         return self.ledger.charged(self.workspace, batch_key)
 
+    def batch_charged_at(self, batch_key: str) -> float | None:
+        if batch_key.startswith(COMPACTED_BATCH):
+            return None
+        return self.ledger.charged_at(self.workspace, batch_key)
+
     def benchmarks(self) -> BenchmarkTable | None:
         return self.engine.benchmarks
 
