@@ -1216,6 +1216,47 @@ def test_a_batch_replayed_by_a_stopped_run_is_still_an_earlier_runs_charge_when_
     assert job.results()["decisions_used"].sum() == job.charged() - 120
 
 
+def test_a_run_stopped_as_its_compaction_removes_folded_files_leaves_one_batch(
+    tmp_path, monkeypatch, capsys
+):
+    """QA round 35: killed after a compaction's commit, before the folded batches' files were
+    removed, the rerun warned the journal "had lost its record of 129 batches" and took them
+    all back. The files of folded batches are named in the compaction's commit, and removed
+    when the journal is opened next."""
+    from pipeline.batch.journal import Journal
+
+    settings = _settings(tmp_path)  # 40 rows a batch
+    usual = settings.read_text(encoding="utf-8")
+    settings.write_text(usual + "freshness_days = 0\n", encoding="utf-8")
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    job = Job(tmp_path)
+    for _ in range(2):  # every answer stale each time: the batches pile up
+        assert job.score(SAMPLE / "portfolio.csv") == 0
+    compact, name_as_sent, compacting = Journal.compact, Journal._name_as_sent, []
+
+    def compacting_now(journal, *args, **kwargs):
+        compacting.append(True)
+        return compact(journal, *args, **kwargs)
+
+    def killed_after_the_commit(journal, rows_file):
+        if compacting:
+            raise KeyboardInterrupt
+        return name_as_sent(journal, rows_file)
+
+    monkeypatch.setattr(Journal, "compact", compacting_now)
+    monkeypatch.setattr(Journal, "_name_as_sent", killed_after_the_commit)
+    assert job.score(SAMPLE / "portfolio.csv") == 130 and compacting
+    monkeypatch.setattr(Journal, "_name_as_sent", name_as_sent)
+    settings.write_text(usual, encoding="utf-8")
+    paid = job.charged()
+    capsys.readouterr()
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert "lost its record" not in capsys.readouterr().err
+    assert job.charged() == paid
+    with sqlite3.connect(job.journal) as db:
+        assert db.execute("SELECT COUNT(*) FROM batches").fetchone()[0] == 1
+
+
 def test_a_large_run_stopped_by_its_budget_finishes_when_run_again(tmp_path):
     # 8,700 distinct requests: their fingerprints come from the streaming engine in several
     # chunks, and the rows left to send are filtered from them (polars 2.1 panicked on those)

@@ -134,6 +134,7 @@ class Journal:
             self._move_in(legacy)
         self._checked: dict[str, bool] = {}  # file name: intact (see _intact)
         self._settle_unsent_rows()
+        self._remove_folded()
         self.taken_back = 0 if moving_in else self._take_back_batches()
         self.journal_id = self._meta("journal_id") or self._set_meta("journal_id", uuid.uuid4().hex)
         self.verdicts_path = self._verdict_history(verdicts)
@@ -825,6 +826,11 @@ class Journal:
                 " updated_at) VALUES (?, 'done', ?, ?, ?, ?, ?)",
                 (key, rows_file, answers_file, kept.height, now, now),
             )
+            folded_files = sorted(name for b in folded for name in b[2:4] if name)
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta (name, value) VALUES ('folded_files', ?)",
+                (json.dumps(folded_files),),
+            )
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
@@ -836,6 +842,18 @@ class Journal:
         for stale in self.files.glob("*.parquet"):
             if stale.name not in live:
                 stale.unlink()
+        self._db.execute("DELETE FROM meta WHERE name = 'folded_files'")
+
+    def _remove_folded(self) -> None:
+        """The files of batches a compaction folded, which a run killed after its commit left
+        (QA 35): removed, not taken for batches whose record the database lost (a warning,
+        and a journal of a hundred batches again)."""
+        folded = self._meta("folded_files")
+        if folded is None:
+            return
+        for name in json.loads(folded):
+            (self.files / name).unlink(missing_ok=True)
+        self._db.execute("DELETE FROM meta WHERE name = 'folded_files'")
 
     def _answers_kept(
         self, answered: list[str | None], fresh_after: float, in_doubt: pl.Series
