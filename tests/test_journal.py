@@ -1163,6 +1163,9 @@ def test_a_job_keeps_one_verdict_history_whether_its_journal_is_named_or_not(tmp
     (default,) = journals.glob("*.journal")
     assert night(0, 59, "--journal", str(default)) >= 20  # the same journal, named
     assert night(0, 119) >= 20  # the default again
+    with sqlite3.connect(default) as db:  # as a journal made before 2026-11-25 (QA 35)
+        db.execute("DELETE FROM meta WHERE name = 'verdict_history'")
+    assert night(60, 179, "--journal", str(default)) >= 20
 
 
 def test_a_night_with_a_short_freshness_window_keeps_the_answers_of_the_usual_one(

@@ -276,6 +276,15 @@ def _record_failure(
         print(f"decisions: warning: the manifest could not be written ({exc})", file=sys.stderr)
 
 
+def _is_default(args: argparse.Namespace, journal_dir: Path, target: str) -> bool:
+    """Whether --journal names the job's default journal: one made before 2026-11-25 does not
+    remember its verdict history yet, which is the default runs' (QA 35)."""
+    from pipeline.batch.job_files import default_journal
+
+    default = default_journal(journal_dir, args.input, target)
+    return Path(args.journal).resolve() == default.resolve()
+
+
 def _remote_journals(
     journal_dir: Path, source: Path, workspace: str | None, owner: str | None
 ) -> list[Path]:
@@ -468,7 +477,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     # The verdict history outlives a change of benchmarks (which starts a new journal: its
     # answers were made with the old ones), to list the verdicts the new benchmarks flip.
     history = None
-    if args.journal is None and remote is None:
+    if remote is None and (args.journal is None or _is_default(args, journal_dir, target)):
         versionless = target.replace(scorer.version, scorer.name, 1)
         history = journal_path(journal_dir, args.input, versionless, suffix=".verdicts.parquet")
     progress = ProgressReporter(quiet=args.quiet or args.json)

@@ -28,12 +28,20 @@ def journal_path(
     Versions before 2026-11-25 named a link's job after the file it led to: such a journal is
     moved to the job's name on first use (else the link's job would pay every row once more).
     """
-    named = _job_file(cache_dir, input_path, job_input(input_path), target, suffix)
+    named = default_journal(cache_dir, input_path, target, suffix=suffix)
     if not named.exists():
         earlier = _earlier_link_journal(cache_dir, input_path, target, suffix)
         if earlier is not None:
             _adopt(earlier, named)
     return named
+
+
+def default_journal(
+    cache_dir: Path, input_path: Path, target: str, *, suffix: str = ".journal"
+) -> Path:
+    """The name `journal_path` gives the job's journal, without moving one an earlier
+    version named otherwise."""
+    return _job_file(cache_dir, input_path, job_input(input_path), target, suffix)
 
 
 def _earlier_link_journal(cache_dir: Path, link: Path, target: str, suffix: str) -> Path | None:
