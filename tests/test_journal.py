@@ -1260,6 +1260,20 @@ def test_a_run_stopped_as_its_compaction_removes_folded_files_leaves_one_batch(
         assert db.execute("SELECT COUNT(*) FROM batches").fetchone()[0] == 1
 
 
+def test_a_run_resumed_past_its_freshness_window_pays_nothing_twice(tmp_path, monkeypatch):
+    """QA round 35: resumed after its freshness window had passed (0 days here; a night's 1
+    day, resumed two days on), a run paid again every answer the stopped run had paid. A
+    resumed run judges its answers fresh as of when the stopped run began."""
+    settings = _settings(tmp_path)  # 40 rows a batch
+    settings.write_text(settings.read_text(encoding="utf-8") + "freshness_days = 0\n", "utf-8")
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    job = Job(tmp_path)
+    _killed_after_the_third_charge(job, SAMPLE / "portfolio.csv", monkeypatch)  # 120 paid
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.charged() == DISTINCT_VALID
+    assert job.results()["decisions_used"].sum() == DISTINCT_VALID
+
+
 def test_a_large_run_stopped_by_its_budget_finishes_when_run_again(tmp_path):
     # 8,700 distinct requests: their fingerprints come from the streaming engine in several
     # chunks, and the rows left to send are filtered from them (polars 2.1 panicked on those)

@@ -261,6 +261,16 @@ def _budget_as_named(results: pl.DataFrame, options: BatchOptions) -> pl.DataFra
     return results.with_columns(error_message=pl.when(left).then(named).otherwise("error_message"))
 
 
+def _fresh_as_when_begun(journal: Journal | None, fingerprint: str, days: float) -> float:
+    """The freshness window of a run that resumes an unfinished run of the same input: its
+    answers judged as of when that run began, not now (QA 35: resumed past the window, a
+    run paid again every answer the stopped run had paid)."""
+    if journal is None or journal.open_run() != fingerprint:
+        return days
+    began = journal.open_run_since()
+    return days if began is None else days + max(0.0, now() - began) / SECONDS_PER_DAY
+
+
 def _same_file(output: Path, source: Path) -> bool:
     """True if writing `output` would replace `source` (another spelling, a link)."""
     if output.exists():
@@ -322,7 +332,8 @@ def run_batch(
     if places is not None:  # said before paying (the plan) and in the summary
         prepared = replace(prepared, notes=[*prepared.notes, places])
     if dry_run:
-        return make_plan(unique, prepared, keyed, scorer, journal, options, freshness_days)
+        days = _fresh_as_when_begun(journal, fingerprint, freshness_days)
+        return make_plan(unique, prepared, keyed, scorer, journal, options, days)
 
     notes = list(prepared.notes)
     duplicates = (DUPLICATES, int(keyed.height - unique.height))
@@ -345,7 +356,10 @@ def run_batch(
         executor.resumed_since = journal.open_run_since()
         if executor.resumed_since is None:  # begun by a version that did not record it
             notes.append(RESUMED_FROM_BEFORE)
-    context = RunContext(options, prepared.raw, freshness_days, resuming)
+    days = freshness_days
+    if resuming:
+        days = _fresh_as_when_begun(journal, fingerprint, freshness_days)
+    context = RunContext(options, prepared.raw, days, resuming)
     with _stop_records_spend(budget, balance_before):
         with ThreadPoolExecutor(max_workers=1) as aside:
             # Which listing each row is (a hash of every row, polars without the GIL) is worked
