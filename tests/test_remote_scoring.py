@@ -906,3 +906,26 @@ def test_a_run_whose_rows_failed_says_how_to_go_on_even_quiet(
     record = json.loads(said.out)
     assert record["status"]["failed"] >= 1 and record["exit_code"] == 1
     assert record["error"].startswith(f"{record['status']['failed']} row(s) failed")
+
+
+def test_a_run_locked_out_by_a_run_of_the_same_file_says_how_another_workspace_runs_beside(
+    tmp_path, service, monkeypatch, capsys, small
+):
+    """QA round 34: workspace B's key, on a file whose default job another workspace's run
+    held, was told to wait; after waiting it was refused for another reason (the job paid by
+    A). It is told now that --workspace gives it a job of its own, run at once."""
+    from pipeline.batch.job_files import job_lock, journal_path
+    from pipeline.cli import main
+
+    journals = tmp_path / "journals"
+    settings = tmp_path / "settings.toml"
+    settings.write_text(f'[batch]\njournal_dir = "{journals}"\n', encoding="utf-8")
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+    argv = ["score", str(small), "-o", str(tmp_path / "o.csv"), "--api-url", service.url]
+    with job_lock(journal_path(journals, small, "remote:")):  # A's run of the file, under way
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "another run of this job is in progress" in err
+    assert "give this one --workspace NAME" in err
+    assert service.balance() == 10_000

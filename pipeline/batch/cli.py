@@ -484,7 +484,14 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     with job_lock(lock), remote or nullcontext(), ExitStack() as also_locked:
         if candidates:  # chosen once no other run of the workspace can claim one of them
             path = _remote_journal(candidates, args.workspace, owner)
-            also_locked.enter_context(job_lock(path))
+            try:
+                also_locked.enter_context(job_lock(path))
+            except UsageError as exc:  # (QA 34: waiting did not help a run of another key's)
+                raise UsageError(
+                    f"{exc} If that run spends another workspace's key, give this one "
+                    "--workspace NAME: each workspace's job on this file has a journal of its "
+                    "own, and both run at once"
+                ) from None
         journal = Journal(path, verdicts=history)
         if journal.taken_back:
             print(
