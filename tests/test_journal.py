@@ -1025,6 +1025,14 @@ def _killed_after_the_third_charge(job: Job, source: Path, monkeypatch) -> None:
     assert job.charged() == 120
 
 
+def _with_last_price(listings: pl.DataFrame, price: str) -> pl.DataFrame:
+    """`listings` with the last row's price edited."""
+    last = pl.int_range(pl.len()) == pl.len() - 1
+    return listings.with_columns(
+        pl.when(last).then(pl.lit(price)).otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+    )
+
+
 def _killed_on_a_copy(tmp_path: Path, monkeypatch) -> tuple[Job, Path, pl.DataFrame]:
     """The sample copied to a CSV the test can change, scored and killed after the third
     charge (80 requests in doubt): the job, the CSV and the listings."""
@@ -1042,11 +1050,7 @@ def test_rows_in_doubt_replayed_in_a_run_of_a_changed_file_cost_nothing_in_it(
 ):
     job, source, listings = _killed_on_a_copy(tmp_path, monkeypatch)
 
-    changed = listings.with_columns(  # the last row's price: the file is not the same one
-        pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("5550000"))
-        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
-    )  # fmt: skip
-    changed.write_csv(source)
+    _with_last_price(listings, "5550000").write_csv(source)  # the file is not the same one
     assert job.score(source, "--json") == 0
     spent = job.charged() - 120
     results = job.results()
@@ -1067,11 +1071,7 @@ def test_rows_in_doubt_replayed_when_resuming_a_changed_file_cost_nothing_in_its
     from pipeline.batch.journal import Journal
 
     job, source, listings = _killed_on_a_copy(tmp_path, monkeypatch)  # 80 in doubt, of 120
-    changed = listings.with_columns(
-        pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("5550000"))
-        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
-    )  # fmt: skip
-    changed.write_csv(source)
+    _with_last_price(listings, "5550000").write_csv(source)
     start_run = Journal.start_run
 
     def killed_as_it_begins(journal, fingerprint):
@@ -1201,11 +1201,7 @@ def test_a_batch_replayed_by_a_stopped_run_is_still_an_earlier_runs_charge_when_
     from pipeline.batch.journal import Journal
 
     job, source, listings = _killed_on_a_copy(tmp_path, monkeypatch)  # 80 in doubt, of 120
-    changed = listings.with_columns(
-        pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("999000"))
-        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
-    )  # fmt: skip
-    changed.write_csv(source)
+    _with_last_price(listings, "999000").write_csv(source)
     record = Journal.record
 
     def killed_at_its_first_answers(journal, answers, batch_key):

@@ -47,7 +47,7 @@ import polars as pl
 from pipeline.batch.job_files import legacy_folder, results_folder
 from pipeline.batch.scorers.base import COMPACTED_BATCH
 from pipeline.errors import OutputError, PipelineError, UsageError
-from pipeline.io.atomic import atomic_path
+from pipeline.io.atomic import atomic_path, fsync_path
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -220,7 +220,7 @@ class Journal:
                 target.flush()
                 os.fsync(target.fileno())
         os.rename(staging, self.files)
-        _fsync_folder(self.files.parent)  # the rename itself survives a power cut
+        fsync_path(self.files.parent)  # the rename itself survives a power cut
         self._db.execute("DELETE FROM meta WHERE name IN ('last_run', 'last_run_notes')")
 
     def close(self) -> None:
@@ -643,7 +643,7 @@ class Journal:
             return
         with _writing_journal(self.files / named):
             os.replace(self.files / rows_file, self.files / named)
-            _fsync_folder(self.files)
+            fsync_path(self.files)
         self._checked[named] = self._checked.pop(rows_file, True)
 
     def discard_rows(self, rows_file: str) -> None:
@@ -956,15 +956,6 @@ def _as_sent(rows_file: str) -> str:
     if rows_file.endswith(_UNSENT):
         return rows_file.removesuffix(_UNSENT) + _ROWS
     return rows_file
-
-
-def _fsync_folder(folder: Path) -> None:
-    """A rename in `folder` made durable (it survives a power cut)."""
-    directory = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def _crc32(path: Path) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pipeline.errors import OutputError, UsageError
 
-__all__ = ["atomic_path", "scratch_dir"]
+__all__ = ["atomic_path", "fsync_path", "scratch_dir"]
 
 
 def describe_os_error(path: Path, exc: OSError) -> OutputError:
@@ -71,7 +71,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
         # the writer then overwrites it.
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         yield tmp
-        _fsync(tmp)
+        fsync_path(tmp)
         os.replace(tmp, path)
     except OSError as exc:
         _remove_quietly(tmp)
@@ -97,7 +97,9 @@ def scratch_dir(path: Path) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """A file's bytes, or a folder's entries (a rename in it), made durable: they survive a
+    power cut."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
