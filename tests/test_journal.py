@@ -1192,8 +1192,9 @@ def test_a_night_with_a_short_freshness_window_keeps_the_answers_of_the_usual_on
     assert job.charged() == paid  # every answer is minutes old
 
 
+@pytest.mark.parametrize("recorded", [0, 1, 2])  # QA 36: replays recorded before the stop
 def test_a_batch_replayed_by_a_stopped_run_is_still_an_earlier_runs_charge_when_resumed(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, recorded
 ):
     """QA round 35: as above, but run 2 resent a batch in doubt (a replay, free) before it was
     killed: the batch then looked sent by run 2, and run 3's output showed its cost (281
@@ -1202,15 +1203,17 @@ def test_a_batch_replayed_by_a_stopped_run_is_still_an_earlier_runs_charge_when_
 
     job, source, listings = _killed_on_a_copy(tmp_path, monkeypatch)  # 80 in doubt, of 120
     _with_last_price(listings, "999000").write_csv(source)
-    record = Journal.record
+    record, answered = Journal.record, []
 
-    def killed_at_its_first_answers(journal, answers, batch_key):
-        raise KeyboardInterrupt
+    def killed_at_its_answers(journal, answers, batch_key):
+        if len(answered) == recorded:
+            raise KeyboardInterrupt
+        answered.append(batch_key)
+        record(journal, answers, batch_key)
 
-    monkeypatch.setattr(Journal, "record", killed_at_its_first_answers)
-    assert job.score(source) == 130  # run 2: replayed a batch in doubt, then stopped
+    monkeypatch.setattr(Journal, "record", killed_at_its_answers)
+    assert job.score(source) == 130  # run 2: replayed batches in doubt, then stopped
     monkeypatch.setattr(Journal, "record", record)
-    assert job.charged() == 120
     assert job.score(source) == 0  # run 3: resumes run 2
     assert job.results()["decisions_used"].sum() == job.charged() - 120
 
@@ -1268,6 +1271,28 @@ def test_a_run_resumed_past_its_freshness_window_pays_nothing_twice(tmp_path, mo
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID
     assert job.results()["decisions_used"].sum() == DISTINCT_VALID
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("folded_files", "LIVE"), ("folded_files", "not json"), ("folded_files", "[1]"),
+     ("longest_freshness_days", "thirty"), ("open_run_since", "yesterday")],
+)  # fmt: skip
+def test_a_journal_whose_meta_is_damaged_or_names_live_files_loses_nothing(tmp_path, name, value):
+    """QA round 36: a compaction's list of folded files left by a run killed, then taken back
+    as live batches by an older version, had those files deleted (the job could only be paid
+    again with --fresh); numbers or lists edited by hand in the journal's meta were
+    tracebacks, after paying."""
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv", "--budget", "100") == 3  # the run stays open
+    with sqlite3.connect(job.journal) as db:
+        live = db.execute("SELECT rows_file FROM batches").fetchone()[0]
+        db.execute(
+            "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+            (name, json.dumps([live]) if value == "LIVE" else value),
+        )
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    assert job.charged() == DISTINCT_VALID
 
 
 def test_a_large_run_stopped_by_its_budget_finishes_when_run_again(tmp_path):

@@ -440,4 +440,19 @@ def test_the_access_log_names_a_refused_key_by_its_prefix_and_marks_replays(
     assert f"401 key={service.key[:11]} " in _access_lines(caplog, 3)[-1]
     assert_error(service.post(body(), key="sk-" + "a" * 40), 401, "invalid_api_key")
     assert "401 key=- " in _access_lines(caplog, 4)[-1]  # malformed: nothing of it logged
-    assert all(service.key[12:] not in line for line in _access_lines(caplog, 4))
+    # a key made up with the revoked key's prefix and a valid checksum is not logged as it
+    # (QA 36: anyone could put a real client's prefix on refused requests)
+    forged = _forged_key(service.key[:11])
+    assert_error(service.post(body(), key=forged), 401, "invalid_api_key")
+    assert "401 key=- " in _access_lines(caplog, 5)[-1]
+    assert all(service.key[12:] not in line for line in _access_lines(caplog, 5))
+
+
+def _forged_key(prefix: str) -> str:
+    """A key never issued, with `prefix` and a checksum that holds."""
+    from pipeline.ledger.accounts import _SECRET_CHARS, _checksum, check_key_format
+
+    secret = (prefix[3:] + "a" * _SECRET_CHARS)[:_SECRET_CHARS]
+    key = f"sk-{secret}{_checksum(secret)}"
+    assert check_key_format(key)
+    return key

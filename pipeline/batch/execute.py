@@ -342,11 +342,18 @@ class Executor:
         stopped run may have paid it, which the output counts)."""
         if self.journal is None or self.resumed_since is None:
             return False
-        charged_at = self.scorer.batch_charged_at(batch_key)
-        if charged_at is not None:
-            return charged_at < self.resumed_since
+        if (charged := self._charged_before(batch_key)) is not None:
+            return charged
         sent_at = self.journal.sent_at(batch_key)
         return sent_at is not None and sent_at < self.resumed_since
+
+    def _charged_before(self, batch_key: str) -> bool | None:
+        """Whether the batch was charged before the run this one resumes began, when the
+        scorer can tell (the embedded ledger); None when it cannot."""
+        charged_at = self.scorer.batch_charged_at(batch_key)
+        if charged_at is None or self.resumed_since is None:
+            return None
+        return charged_at < self.resumed_since
 
     def _reused(self, reuse: pl.DataFrame, keep_costs: bool) -> pl.DataFrame:
         if reuse.is_empty() or self.journal is None:
@@ -357,7 +364,13 @@ class Executor:
         if not keep_costs:
             answers = answers.with_columns(decisions_used=pl.lit(0, pl.Int64))
         elif self.resumed_since is not None:
-            paid_by_this_job = pl.col("scored_at") >= self.resumed_since
+            since = self.resumed_since
+            recorded_since = reuse["batch_key"].filter(stored["scored_at"] >= since).unique()
+            # answers the stopped run recorded of batches it replayed: charged before it began
+            replayed = [k for k in recorded_since.drop_nulls() if self._charged_before(k)]
+            paid_by_this_job = (pl.col("scored_at") >= since) & ~pl.lit(reuse["batch_key"]).is_in(
+                pl.lit(pl.Series(replayed, dtype=pl.String)).implode()
+            )
             answers = answers.with_columns(
                 decisions_used=pl.when(paid_by_this_job).then("decisions_used").otherwise(0)
             )

@@ -352,8 +352,7 @@ class Journal:
         """When the unfinished run began (its first start, however often it was resumed): the
         answers recorded before it were paid by earlier runs. None for a run begun by a
         version before 2026-11-25, which did not record it."""
-        since = self._meta("open_run_since")
-        return None if since is None else float(since)
+        return _number(self._meta("open_run_since"))
 
     def finish_run(self, freshness_days: float, *, keep: LastRun | None = None) -> None:
         """Close the run; once the batches have outgrown what they hold (`_outgrown`), fold
@@ -380,7 +379,7 @@ class Journal:
         compaction keeps what that window keeps. (QA 35: a night run with a window of 0 days
         compacted away the answers of rows not in its file, which the job's usual 30-day
         nights then paid again.)"""
-        longest = max(freshness_days, float(self._meta("longest_freshness_days") or 0))
+        longest = max(freshness_days, _number(self._meta("longest_freshness_days")) or 0.0)
         if self._meta("longest_freshness_days") != repr(longest):
             self._set_meta("longest_freshness_days", repr(longest))
         return longest
@@ -848,11 +847,16 @@ class Journal:
         """The files of batches a compaction folded, which a run killed after its commit left
         (QA 35): removed, not taken for batches whose record the database lost (a warning,
         and a journal of a hundred batches again)."""
-        folded = self._meta("folded_files")
-        if folded is None:
-            return
-        for name in json.loads(folded):
-            (self.files / name).unlink(missing_ok=True)
+        try:
+            folded = json.loads(self._meta("folded_files") or "[]")
+        except ValueError:
+            folded = []
+        live = {n for names in self._db.execute("SELECT rows_file, answers_file FROM batches")
+                for n in names if n}  # fmt: skip
+        # (a version before this one, run in between, took them back: they are live again)
+        for name in folded if isinstance(folded, list) else []:
+            if isinstance(name, str) and name not in live and "/" not in name:
+                (self.files / name).unlink(missing_ok=True)
         self._db.execute("DELETE FROM meta WHERE name = 'folded_files'")
 
     def _answers_kept(
@@ -949,6 +953,15 @@ def _kept_after(freshness_days: float, run_began: float | None) -> float:
     run that began at `run_began` (None: not known, begun by an earlier version)."""
     fresh_after = time.time() - freshness_days * 86_400
     return fresh_after if run_began is None else min(fresh_after, run_began)
+
+
+def _number(text: str | None) -> float | None:
+    """A number kept in the journal's meta; None if none is, or what is there is no number
+    (edited by hand)."""
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
 
 
 def _as_sent(rows_file: str) -> str:

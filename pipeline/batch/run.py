@@ -262,13 +262,15 @@ def _budget_as_named(results: pl.DataFrame, options: BatchOptions) -> pl.DataFra
 
 
 def _fresh_as_when_begun(journal: Journal | None, fingerprint: str, days: float) -> float:
-    """The freshness window of a run that resumes an unfinished run of the same input: its
-    answers judged as of when that run began, not now (QA 35: resumed past the window, a
-    run paid again every answer the stopped run had paid)."""
+    """The freshness window of a run that resumes an unfinished run of the same input: the
+    answers that run recorded are fresh, whenever it began (QA 35: resumed past the window,
+    a run paid again every answer the stopped run had paid)."""
     if journal is None or journal.open_run() != fingerprint:
         return days
     began = journal.open_run_since()
-    return days if began is None else days + max(0.0, now() - began) / SECONDS_PER_DAY
+    # fresh now, or recorded since that run began (QA 36: not every answer as old as the
+    # window plus that run's age, which a night stopped by its budget widened every night)
+    return days if began is None else max(days, (now() - began) / SECONDS_PER_DAY)
 
 
 def _same_file(output: Path, source: Path) -> bool:

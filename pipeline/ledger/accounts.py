@@ -299,6 +299,10 @@ class SqliteAccounts:
         for key_hash, revoked_at, account, workspace in rows:
             if hmac.compare_digest(key_hash, wanted):
                 if revoked_at is not None:
-                    raise InvalidApiKey("this API key has been revoked")
+                    revoked = InvalidApiKey("this API key has been revoked")
+                    # for the access log: which client still calls with it (an issued key's
+                    # prefix; a key made up to carry another's prefix has none)
+                    revoked.key_prefix = display_prefix(key)  # type: ignore[attr-defined]
+                    raise revoked
                 return Caller(account, workspace, display_prefix(key))
         raise InvalidApiKey("unknown API key")

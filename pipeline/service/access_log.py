@@ -1,9 +1,9 @@
 """The access log: one line per request with the API key's display prefix, never the key.
 
 uvicorn's own access log is switched off; this middleware writes method, path (without the query
-string), status, key prefix (of a key refused too, when well formed: which client still calls
-with a revoked key), `replayed` for an answer replayed under its Idempotency-Key (charged
-before, not now), and time. The handler puts what it knows in `scope["state"]`.
+string), status, key prefix (of a revoked key too: which client still calls with it),
+`replayed` for an answer replayed under its Idempotency-Key (charged before, not now), and
+time. The handler puts what it knows in `scope["state"]`.
 """
 
 from __future__ import annotations

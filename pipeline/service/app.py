@@ -139,7 +139,7 @@ def create_app(
             state["key_prefix"] = caller.key_prefix
             balance = desk.balance(caller.workspace)
         except PipelineError as exc:
-            state.setdefault("key_prefix", refused_key_prefix(_authorization(request)) or "-")
+            state.setdefault("key_prefix", refused_key_prefix(exc))
             return translate(exc).response()
         return json_response(200, {"workspace": caller.workspace, "balance": balance})
 

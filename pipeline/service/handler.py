@@ -18,13 +18,7 @@ from typing import Any, Protocol
 
 from pipeline.decisions import Decision
 from pipeline.errors import InsufficientDecisions, PipelineError, RequestValidationError
-from pipeline.ledger.accounts import (
-    AccountStore,
-    Caller,
-    InvalidApiKey,
-    check_key_format,
-    display_prefix,
-)
+from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey
 from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, cost_of, valid_idempotency_key
 from pipeline.ledger.key_text import looks_like_key, redact_keys
 from pipeline.service.errors import ApiError, internal_error, translate
@@ -74,15 +68,11 @@ def bearer_token(authorization: str | None) -> str:
     return token.strip()  # its format and checksum: AccountStore.authenticate
 
 
-def refused_key_prefix(authorization: str | None) -> str | None:
-    """The display prefix of a well-formed key that was refused (revoked, unknown), for the
-    access log: which client still calls with a revoked key. None for anything else (a
-    malformed token may be any text pasted by mistake, a password say)."""
-    try:
-        token = bearer_token(authorization)
-    except InvalidApiKey:
-        return None
-    return display_prefix(token) if check_key_format(token) else None
+def refused_key_prefix(error: Exception) -> str:
+    """For the access log: the display prefix of a revoked key (which client still calls with
+    it), '-' for any other refusal (unknown, malformed: a key made up to carry an issued
+    key's prefix would pass for it, a malformed token may be a password pasted by mistake)."""
+    return getattr(error, "key_prefix", None) or "-"
 
 
 def check_content_type(content_type: str | None, content_encoding: str | None = None) -> None:
@@ -238,7 +228,7 @@ class DecisionHandler:
             raise translate(refused) from None
         except PipelineError as exc:
             if caller is None and seen is not None:
-                seen["key_prefix"] = refused_key_prefix(incoming.authorization) or "-"
+                seen["key_prefix"] = refused_key_prefix(exc)
             error = translate(exc)
             if error.status == 500:
                 prefix = caller.key_prefix if caller else "-"
