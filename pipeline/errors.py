@@ -5,7 +5,8 @@
     │   ├── InputError             an input file cannot be read as what it claims to be
     │   │   ├── MissingColumnError a required column maps to no header
     │   │   └── UnknownHeaderError a --config names a header the file does not have
-    │   └── TooManyRowsError       the output format cannot hold the rows
+    │   ├── TooManyRowsError       the output format cannot hold the rows
+    │   └── JobInProgress          another run of the same job holds its lock
     ├── RequestValidationError     a decision request breaks a rule (spec: validation_error)
     │   └── InvalidJson            the body does not parse as JSON (DESIGN.md: invalid_json)
     ├── LedgerError                the decision balance refused an operation
@@ -34,6 +35,10 @@ class PipelineError(Exception):
 
 class UsageError(PipelineError):
     exit_code = 2
+
+
+class JobInProgress(UsageError):
+    """Another run of the same job (an input, a workspace) holds its lock."""
 
 
 class InputError(UsageError):

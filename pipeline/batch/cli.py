@@ -26,7 +26,7 @@ from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import BatchOutcome, run_batch
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
 from pipeline.command_parser import CommandParser
-from pipeline.errors import Interrupted, PipelineError, UsageError
+from pipeline.errors import Interrupted, JobInProgress, PipelineError, UsageError
 from pipeline.ledger.key_text import redact_keys_in_message
 from pipeline.settings import Settings
 
@@ -487,6 +487,8 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
             try:
                 also_locked.enter_context(job_lock(path))
             except UsageError as exc:  # (QA 34: waiting did not help a run of another key's)
+                if args.workspace is not None or not isinstance(exc, JobInProgress):
+                    raise
                 raise UsageError(
                     f"{exc} If that run spends another workspace's key, give this one "
                     "--workspace NAME: each workspace's job on this file has a journal of its "

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager, nullcontext, suppress
 from pathlib import Path
 
-from pipeline.errors import UsageError
+from pipeline.errors import JobInProgress, UsageError
 
 
 def journal_path(
@@ -148,7 +148,7 @@ def job_lock(journal_file: Path) -> Iterator[None]:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             where = f"; its journal is {journal_file}" if journal_file.exists() else ""
-            raise UsageError(
+            raise JobInProgress(
                 f"another run of this job is in progress ({holder}){where}. Wait for it to finish."
             ) from None
         handle.seek(0)
