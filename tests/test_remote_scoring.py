@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import polars as pl
@@ -828,13 +828,7 @@ def test_a_balance_stop_that_leaves_a_row_in_doubt_still_says_how_to_go_on(
     # not printed at all: cron mailed a failure with nothing to act on.
     from pipeline.cli import main
 
-    lost: list[str] = []  # the first request: charged, its answers lost on every attempt
-
-    def answer_lost(key: str, attempt: int) -> str:
-        if key and not lost:
-            lost.append(key)
-        return "500" if key and key == lost[0] else "pass"
-
+    answer_lost = _first_request_fails()  # charged, its answers lost on every attempt
     with running_service(tmp_path, engine, balance=30) as service:
         monkeypatch.setenv("DECISIONS_API_KEY", service.key)
         with running_proxy(service.url, answer_lost) as proxy:
@@ -883,13 +877,7 @@ def test_a_run_whose_rows_failed_says_how_to_go_on_even_quiet(
     from pipeline.cli import main
 
     monkeypatch.setattr(retry, "_testing", True)  # its retries without their waits
-    failing: list[str] = []
-
-    def busy_for_one(key: str, attempt: int) -> str:
-        if key and not failing:
-            failing.append(key)
-        return "500" if key and key == failing[0] else "pass"
-
+    busy_for_one = _first_request_fails()
     with running_service(tmp_path, engine, balance=10_000) as service:
         monkeypatch.setenv("DECISIONS_API_KEY", service.key)
         with running_proxy(service.url, busy_for_one) as proxy:
@@ -929,3 +917,16 @@ def test_a_run_locked_out_by_a_run_of_the_same_file_says_how_another_workspace_r
     assert "another run of this job is in progress" in err
     assert "give this one --workspace NAME" in err
     assert service.balance() == 10_000
+
+
+def _first_request_fails() -> Callable[[str, int], str]:
+    """A proxy's decision: the first keyed request answered 500 on every attempt (after its
+    charge), every other one passed."""
+    failing: list[str] = []
+
+    def decide(key: str, attempt: int) -> str:
+        if key and not failing:
+            failing.append(key)
+        return "500" if key and key == failing[0] else "pass"
+
+    return decide

@@ -347,10 +347,10 @@ class Executor:
         sent_at = self.journal.sent_at(batch_key)
         return sent_at is not None and sent_at < self.resumed_since
 
-    def _charged_before(self, batch_key: str) -> bool | None:
+    def _charged_before(self, batch_key: str | None) -> bool | None:
         """Whether the batch was charged before the run this one resumes began, when the
         scorer can tell (the embedded ledger); None when it cannot."""
-        charged_at = self.scorer.batch_charged_at(batch_key)
+        charged_at = None if batch_key is None else self.scorer.batch_charged_at(batch_key)
         if charged_at is None or self.resumed_since is None:
             return None
         return charged_at < self.resumed_since
@@ -364,13 +364,11 @@ class Executor:
         if not keep_costs:
             answers = answers.with_columns(decisions_used=pl.lit(0, pl.Int64))
         elif self.resumed_since is not None:
-            since = self.resumed_since
-            recorded_since = reuse["batch_key"].filter(stored["scored_at"] >= since).unique()
+            recorded_since = stored["scored_at"] >= self.resumed_since
+            keys = reuse["batch_key"]
             # answers the stopped run recorded of batches it replayed: charged before it began
-            replayed = [k for k in recorded_since.drop_nulls() if self._charged_before(k)]
-            paid_by_this_job = (pl.col("scored_at") >= since) & ~pl.lit(reuse["batch_key"]).is_in(
-                pl.lit(pl.Series(replayed, dtype=pl.String)).implode()
-            )
+            replayed = [k for k in keys.filter(recorded_since).unique() if self._charged_before(k)]
+            paid_by_this_job = recorded_since & ~keys.is_in(replayed).fill_null(False)
             answers = answers.with_columns(
                 decisions_used=pl.when(paid_by_this_job).then("decisions_used").otherwise(0)
             )
