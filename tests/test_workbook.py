@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import zipfile
@@ -371,28 +372,40 @@ def test_a_bug_half_way_is_not_disguised_but_still_cleaned_up(
 SOFFICE = shutil.which("soffice") or shutil.which("libreoffice")
 
 
-@pytest.mark.skipif(SOFFICE is None, reason="LibreOffice is not installed")
-def test_libreoffice_opens_the_workbook(workbook_path: Path, tmp_path: Path) -> None:
-    profile = tmp_path / "profile"
-    subprocess.run(
+def _soffice_convert(workbook: Path, folder: Path, target: str) -> Path:
+    """`workbook` converted by LibreOffice headless (its first sheet, for a CSV); the file."""
+    done = subprocess.run(
         [
             str(SOFFICE),
-            f"-env:UserInstallation=file://{profile}",
+            f"-env:UserInstallation=file://{folder / 'profile'}",
             "--headless",
             "--convert-to",
-            "csv",
+            target,
             "--outdir",
-            str(tmp_path),
-            str(workbook_path),
+            str(folder),
+            str(workbook),
         ],
         check=True,
         capture_output=True,
+        text=True,
         timeout=180,
-        env={**os.environ, "HOME": str(tmp_path)},
+        env={**os.environ, "HOME": str(folder)},
     )
-    text = (tmp_path / "scored.csv").read_text(encoding="utf-8", errors="replace")
+    assert "Error" not in done.stderr, done.stderr
+    return folder / f"{workbook.stem}.{target}"
+
+
+@pytest.mark.skipif(SOFFICE is None, reason="LibreOffice is not installed")
+def test_libreoffice_opens_the_workbook(workbook_path: Path, tmp_path: Path) -> None:
+    text = _soffice_convert(workbook_path, tmp_path, "csv").read_text(
+        encoding="utf-8", errors="replace"
+    )
     assert "1,500,000" in text
     assert '=HYPERLINK(""http://evil.example"",""click"")' in text
+    pdf = _soffice_convert(workbook_path, tmp_path, "pdf").read_bytes()
+    assert pdf.startswith(b"%PDF")
+    # every sheet laid out: Results, Rejects and Summary (whose chart is drawn), a page or more
+    assert len(re.findall(rb"/Type\s*/Page[^s]", pdf)) >= 3
 
 
 @pytest.mark.parametrize(
