@@ -182,6 +182,9 @@ def test_frozen_header_and_autofilter(book: Workbook) -> None:
     results = book["Results"]
     last = get_column_letter(make_results().width)
     assert results.freeze_panes == "A2"
+    # printed: the header on every page, and the file's first column beside the results
+    assert results.print_title_rows == "$1:$1"
+    assert results.print_title_cols == "$A:$A"
     assert results.auto_filter.ref == f"A1:{last}{len(STATUSES) + 1}"
     rejects = book["Rejects"]
     assert rejects.freeze_panes == "A2"

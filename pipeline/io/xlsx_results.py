@@ -70,6 +70,8 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
         sheet.right_to_left()
     sheet.freeze_panes(1, 0)
     sheet.repeat_rows(0)
+    if columns and columns[0] != "row_number":  # the file's first column (an id, a title)
+        sheet.repeat_columns(0)  # on each printed page, beside the result columns
     sheet.set_landscape()
     sheet.autofilter(0, 0, last_row, len(columns) - 1)
     colour_status_columns(sheet, formats, columns, last_row)
