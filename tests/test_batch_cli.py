@@ -212,7 +212,7 @@ def test_explanations_the_balance_could_not_pay_are_fetched_by_the_next_run(tmp_
     frame = pl.read_parquet(out)
     assert frame.filter(pl.col("error_code") == "reasoning_skipped").height == 0
     assert frame.filter(pl.col("verdict") == "partial")["reasoning_en"].null_count() == 0
-    assert balance(db, "small") == 5500 - 825  # what one borderline run of the file costs
+    assert balance(db, "small") == 5500 - 819  # one borderline run: 360 scores, 153 explanations
 
 
 def test_a_missing_required_column_stops_before_any_charge(tmp_path, db, capsys):
@@ -1371,3 +1371,23 @@ def test_ctrl_c_while_the_command_loads_stops_it_without_a_traceback():
     )
     assert done.returncode == 130
     assert done.stderr == "decisions: interrupted while starting; nothing was done\n"
+
+
+def test_a_type_without_a_benchmark_in_its_city_has_no_benchmark_columns(tmp_path, db):
+    """As the service's `benchmark: null`: an apartment in Afif, whose deeds are land (QA 38),
+    has no percentiles, and so no year, count or trend either; its location is still scored
+    from the city's deeds. A villa in Al Malqa keeps all of them."""
+    source = tmp_path / "two.csv"
+    source.write_text(
+        "city,district,type,price,area\nAfif,,apartment,450000,150\n"
+        "Riyadh,Al Malqa,villa,3200000,400\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "two.parquet"
+    assert score(db, str(source), "-o", str(out)) == 0
+    afif, malqa = pl.read_parquet(out).iter_rows(named=True)
+    columns = [c for c in afif if c.startswith("benchmark_")]
+    assert len(columns) == 6
+    assert all(afif[c] is None for c in columns)
+    assert afif["price_score"] == 50 and afif["location_score"] != 30
+    assert all(malqa[c] is not None for c in columns)

@@ -189,3 +189,27 @@ def test_the_local_workspace_is_opened_in_a_named_ledger_by_its_first_charge_onl
     assert main(["workspace", "entries", "local", "--db", db]) == 0
     entries = json.loads(capsys.readouterr().out)
     assert [(e["kind"], e["amount"]) for e in entries] == [("opening", 100_000), ("charge", -1)]
+
+
+def test_a_type_the_citys_deeds_do_not_price_has_no_benchmark(db, capsys, stdin):
+    """QA 38: Afif's deeds are land; scaled by the national apartment factor they made an
+    apartment benchmark of 62 SAR/m2, so a fair apartment read 4,758% above the median (price
+    score 0). Now: no benchmark for the type, a neutral price score, the city's deeds still
+    scoring its location, and the explanation saying why."""
+    afif = {
+        "property": {"type": "apartment", "price": 450_000, "area": 150, "bedrooms": 3},
+        "location": {"city": "Afif", "district": "غرناطة"},
+        "reasoning": True,
+    }
+    stdin(afif)
+    code, body = decide(db, afif, capsys)
+    assert code == 0
+    assert body["benchmark"] is None
+    assert body["breakdown"]["price"]["score"] == 50  # compared with nothing: neutral
+    assert body["breakdown"]["location"]["score"] != 30  # not "no benchmark" (its deeds count)
+    reasoning = body["reasoning"]
+    assert "no_type_benchmark" in reasoning["risk_flags"]
+    assert "no_benchmark" not in reasoning["risk_flags"]
+    assert "No benchmark exists for an apartment in" in reasoning["reasoning_en"]
+    assert "above the median" not in reasoning["reasoning_en"]
+    assert "لا يوجد مؤشر للشقق في" in reasoning["reasoning_ar"]

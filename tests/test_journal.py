@@ -1454,10 +1454,24 @@ def test_new_benchmarks_list_the_verdicts_they_flip(tmp_path, monkeypatch):
             "--workspace", "acme", "--quiet"]  # fmt: skip
     monkeypatch.setenv("DECISIONS_SETTINGS", str(tmp_path / "old" / "settings.toml"))
     assert main(argv) == 0
+    before = _verdicts(book)
     monkeypatch.setenv("DECISIONS_SETTINGS", str(tmp_path / "new" / "settings.toml"))
     assert main(argv) == 0
+    after = _verdicts(book)
+    flipped = {(row, before[row], after[row]) for row in before if before[row] != after[row]}
     changed = _changes_listed(book)
-    assert len(changed) > 20 and all(new != "match" for _, _, new in changed)
+    assert len(changed) > 20
+    # every change listed is one, and every one is listed but those of the file's duplicated
+    # listings (3, on 6 rows), which cannot be paired from one run to the next
+    assert set(changed) <= flipped
+    assert len(changed) >= len(flipped) - 6
+
+
+def _verdicts(book: Path) -> dict[int, str]:
+    """The Results sheet's verdict of each scored row, by row number."""
+    results = pl.read_excel(book, sheet_name="Results")
+    scored = results.filter(pl.col("verdict").is_not_null())
+    return dict(zip(scored["row_number"].to_list(), scored["verdict"].to_list(), strict=True))
 
 
 def test_rows_in_doubt_are_replayed_under_a_small_budget_and_never_paid_again(

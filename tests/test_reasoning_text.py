@@ -60,7 +60,7 @@ def test_the_arabic_names_the_quartiles_not_the_quarters(engine):
 
 
 def test_a_type_factor_measured_nationally_is_said_to_be(engine):
-    reasoning = explain(engine, "Abqaiq")  # too few apartment sales there for a factor
+    reasoning = explain(engine, "الدرعية")  # too few apartment sales there for a factor
     assert "against all sales in Saudi Arabia" in reasoning["reasoning_en"]
     assert "مقارنة بجميع الصفقات في المملكة" in reasoning["reasoning_ar"]
 
@@ -78,8 +78,9 @@ def test_places_written_in_arabic_are_named_in_english_where_an_english_name_is_
         in explain(engine, "الرياض", "الملقا")["reasoning_en"]
     )
     assert "in Riyadh," in explain(engine, "مدينة الرياض")["reasoning_en"]
-    district = "اشبيليه المنطقه الرابعه عشر"  # no English name known: as written
-    assert f"in {district}, Abqaiq," in explain(engine, "ابقيق", district)["reasoning_en"]
+    district = "اشبيليه المنطقه السادسه عشر"  # no English name known: as written
+    reasoning = explain(engine, "ابقيق", district, type="land")["reasoning_en"]
+    assert f"in {district}, Abqaiq," in reasoning
 
 
 def test_a_price_exactly_at_a_reported_percentile_is_on_the_side_the_spec_says(engine):
@@ -93,12 +94,12 @@ def test_a_price_exactly_at_a_reported_percentile_is_on_the_side_the_spec_says(e
         )
         return engine.evaluate(request)
 
-    # where the scaled p75 rounds up to 164.13 and the scaled p25 to 180.26 (found by QA)
-    at_p75 = decide("land", 16_413, "الخرج", "الريحان جنوب طريق حرض")
+    # where the scaled p75 (982.775) rounds up to 982.78 and the scaled p25 (895.695) to 895.70
+    at_p75 = decide("land", 98_278, "الخفجي", "الملك فهد")
     assert at_p75["price_per_sqm"] == at_p75["benchmark"]["p75_sqm"]
     assert "price_above_p75" not in at_p75["reasoning"]["risk_flags"]  # "above" it: not at it
     assert "between the 25th and 75th percentiles" in at_p75["reasoning"]["reasoning_en"]
-    at_p25 = decide("commercial", 18_026, "القويعيه", "1045 مخطط رقم")
+    at_p25 = decide("commercial", 89_570, "الخبر", "الشفاء")
     assert at_p25["price_per_sqm"] == at_p25["benchmark"]["p25_sqm"]
     assert at_p25["breakdown"]["price"]["score"] == 100  # "at or below" it: well priced
     assert "at or below the 25th percentile" in at_p25["reasoning"]["reasoning_en"]

@@ -76,13 +76,24 @@ ATTACHED_SCHEMA: dict[str, pl.DataType] = {
     "benchmark_city_ar": pl.String(),
     "benchmark_district_ar": pl.String(),
     # Multiply the benchmark percentiles by this to compare like for like with the row's type;
-    # null only without a benchmark, 1.0 (level null) when the type is unknown or unmapped.
+    # null without percentiles (no benchmark, or none that stands for the type: CREDIBLE_BAND),
+    # 1.0 (level null) when the type is unknown or unmapped.
     "type_factor": pl.Float64(),
     "type_factor_level": pl.String(),
 }
 # Type factor when the row's type has none at any level: the benchmark as it stands.
 NEUTRAL_TYPE_FACTOR = 1.0
+# A benchmark scaled by a factor measured elsewhere (a district's by its city's, a city's by the
+# country's) must land within this band of the type's market average for the place (the size
+# bucket's figure) to stand for the type. Outside it, the place's deeds are of another market
+# than the type's (mostly land in a small town: Afif's apartments scaled to 62 SAR/m2, against
+# about 4,400 in the country; a district dearer than its city, scaled by the city's factor,
+# above twice its city's average for the type). The band is the builder's agreement check
+# (benchmarks_build.TYPE_FACTOR_AGREEMENT), which asks the same of the factors it keeps;
+# factors of the benchmark's own area hold 90% of their rows within 0.68-1.05 of it.
+CREDIBLE_BAND = (0.5, 2.0)
 _FIGURES = ("median_sqm", "p25_sqm", "p75_sqm", "year", "transaction_count", "yoy_pct")
+_PERCENTILES = ("median_sqm", "p25_sqm", "p75_sqm")
 _INPUTS = ("city", "district", "type")
 # Working names of the inputs, so they cannot clash with columns the lookup creates.
 _TEMP = {"_city": "city", "_district": "district", "_type_in": "type"}
@@ -148,26 +159,52 @@ class _Lookups:
     memo: _PlaceMemo = field(default_factory=_PlaceMemo)
 
 
+def _credible(median: str, factor: pl.Expr, own_factor: pl.Expr, market: pl.Expr) -> pl.Expr:
+    """Whether a benchmark's median, scaled to the type by `factor`, describes the type's market:
+    the factor is the benchmark area's own (it corrects that area's mix), or there is no
+    type's average to check it against, or the scaled median lies within CREDIBLE_BAND of it."""
+    low, high = CREDIBLE_BAND
+    ratio = pl.col(median) * factor.fill_null(NEUTRAL_TYPE_FACTOR) / market
+    return own_factor | market.is_null() | ratio.is_between(low, high)
+
+
 def _output_exprs() -> list[pl.Expr]:
     """The attached columns from the joined lookup columns (see `_build_lookups`)."""
     has_district = pl.col("d_year").is_not_null()
     has_city = pl.col("c_year").is_not_null()
+    own_district_factor = pl.col("f_district").is_not_null()
+    # A factor borrowed from the city or the country where the area has none of its own.
+    district_factor = pl.coalesce("f_district", "f_city", "f_national")
+    city_factor = pl.coalesce("f_city", "f_national")
     # District figures describe the district: they apply only on its own benchmark (a row on
     # its city's benchmark takes the city's), like the type factor, which describes the
-    # benchmark's mix.
-    use_district_market = has_district & pl.col("m_district").is_not_null()
-    use_district_factor = has_district & pl.col("f_district").is_not_null()
-    use_city_factor = has_city & pl.col("f_city").is_not_null()
-    use_national_factor = has_city & pl.col("f_national").is_not_null()
+    # benchmark's mix. A district whose benchmark, scaled by a borrowed factor, does not
+    # describe the type's market is on its city's benchmark too; a city's that does not gives
+    # the type no percentiles there (see CREDIBLE_BAND).
+    on_district = has_district & _credible(
+        "d_median_sqm",
+        district_factor,
+        own_district_factor,
+        pl.coalesce("m_district", "m_city", "m_national"),
+    )
+    priced_city = has_city & _credible(
+        "c_median_sqm",
+        city_factor,
+        pl.col("f_city").is_not_null(),
+        pl.coalesce("m_city", "m_national"),
+    )
+    priced = on_district | priced_city
     figures = [
-        pl.when(has_district)
+        pl.when(on_district)
         .then(pl.col(f"d_{c}"))
-        .otherwise(pl.col(f"c_{c}"))
+        .when(priced_city | pl.lit(c not in _PERCENTILES))
+        .then(pl.col(f"c_{c}"))
         .alias(f"benchmark_{c}")
         for c in _FIGURES
     ]
+    use_district_market = on_district & pl.col("m_district").is_not_null()
     return [
-        pl.when(has_district)
+        pl.when(on_district)
         .then(pl.lit("district"))
         .when(has_city)
         .then(pl.lit("city"))
@@ -185,21 +222,17 @@ def _output_exprs() -> list[pl.Expr]:
         .then(pl.lit("national"))
         .alias("market_avg_level"),
         pl.when(has_city).then(pl.col("c_city_ar")).alias("benchmark_city_ar"),
-        pl.when(has_district).then(pl.col("d_district_ar")).alias("benchmark_district_ar"),
-        pl.when(use_district_factor)
-        .then(pl.col("f_district"))
-        .when(use_city_factor)
-        .then(pl.col("f_city"))
-        .when(use_national_factor)
-        .then(pl.col("f_national"))
-        .when(has_city)
-        .then(pl.lit(NEUTRAL_TYPE_FACTOR))
+        pl.when(on_district).then(pl.col("d_district_ar")).alias("benchmark_district_ar"),
+        pl.when(on_district)
+        .then(district_factor.fill_null(NEUTRAL_TYPE_FACTOR))
+        .when(priced_city)
+        .then(city_factor.fill_null(NEUTRAL_TYPE_FACTOR))
         .alias("type_factor"),
-        pl.when(use_district_factor)
+        pl.when(on_district & own_district_factor)
         .then(pl.lit("district"))
-        .when(use_city_factor)
+        .when(priced & pl.col("f_city").is_not_null())
         .then(pl.lit("city"))
-        .when(use_national_factor)
+        .when(priced & pl.col("f_national").is_not_null())
         .then(pl.lit("national"))
         .alias("type_factor_level"),
     ]

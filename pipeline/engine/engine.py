@@ -26,7 +26,9 @@ if TYPE_CHECKING:  # pydantic's models cost a batch run 0.15 s to import and it 
 
 # Bump when a formula or threshold changes: stored results of another version are stale.
 # 2: the benchmark's percentiles are reported scaled to the property type.
-FORMULA_VERSION = "2"
+# 3: a benchmark scaled by a factor of another area stands for the type only within
+#    benchmarks.CREDIBLE_BAND of the type's average there (else the city's, else none).
+FORMULA_VERSION = "3"
 
 
 class Engine:
@@ -88,8 +90,9 @@ class Engine:
 
 
 def benchmark_body(row: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The spec's `benchmark` object of a scored row, its percentiles scaled to the type."""
-    if row.get("benchmark_level") is None:
+    """The spec's `benchmark` object of a scored row, its percentiles scaled to the type; None
+    without a benchmark, or without one that stands for the type (`CREDIBLE_BAND`)."""
+    if row.get("benchmark_median_sqm") is None:
         return None
     reported = {**row, **reported_percentiles_row(row)}
     return {name: reported[f"benchmark_{name}"] for name in BENCHMARK_FIELDS}

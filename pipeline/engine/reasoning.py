@@ -178,10 +178,13 @@ def risk_flags(row: Mapping[str, Any]) -> list[str]:
             flags.append("city_level_benchmark")
         if row["benchmark_transaction_count"] < THIN_MARKET_DEEDS:
             flags.append("thin_market")
-        if ppsqm > adjusted(row, "p75"):
-            flags.append("price_above_p75")
-        if ppsqm < FAR_BELOW_MARKET * adjusted(row, "p25"):
-            flags.append("price_far_below_market")
+        if row["benchmark_median_sqm"] is None:
+            flags.append("no_type_benchmark")
+        else:
+            if ppsqm > adjusted(row, "p75"):
+                flags.append("price_above_p75")
+            if ppsqm < FAR_BELOW_MARKET * adjusted(row, "p25"):
+                flags.append("price_far_below_market")
         yoy = row.get("benchmark_yoy_pct")
         if yoy is not None and yoy <= FALLING_MARKET_PCT:
             flags.append("falling_market")
@@ -212,6 +215,8 @@ def _benchmark_sentences(
                 f"العقار بالصفقات المسجلة (سعر المتر {_sar(ppsqm)} ريال)."
             ],
         )
+    if row["benchmark_median_sqm"] is None:
+        return _no_type_benchmark_sentences(row)
     median, p25, p75 = (adjusted(row, k) for k in ("median", "p25", "p75"))
     against_en, against_ar = _against(_pct_diff(ppsqm, median), "median", "الوسيط")
     if ppsqm <= p25:
@@ -256,6 +261,26 @@ def _benchmark_sentences(
     return sentences_en, sentences_ar
 
 
+def _no_type_benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """A place whose deeds, scaled to the row's type, would not describe the type's market
+    (`benchmarks.CREDIBLE_BAND`): said so, and the price compared with nothing."""
+    kind, count, year = row["type"], row["benchmark_transaction_count"], row["benchmark_year"]
+    ppsqm = _sar(row["price_per_sqm"])
+    return (
+        [
+            f"No benchmark exists for {_TYPE_EN[kind]} in {_place(row)}: its {count:,} recorded "
+            f"deeds of {year} are mostly of other kinds of property, so the price could not be "
+            f"compared with sales of its type (price per m2 {ppsqm} SAR)."
+        ],
+        [
+            f"لا يوجد مؤشر لل{_TYPE_AR_PLURAL[kind][2:]} في {_place_ar(row)}: أغلب الصفقات "
+            f"المسجلة هناك ({_counted_ar(count, 'صفقة واحدة', 'صفقتان', 'صفقات', 'صفقة')} في "
+            f"{year}) من أنواع عقار أخرى، فلم تُقارن قيمة العقار بصفقات نوعه "
+            f"(سعر المتر {ppsqm} ريال)."
+        ],
+    )
+
+
 def _sales_en(kind: str, *, said: bool = False) -> str:
     # No source publishes office sales: offices take the commercial figures (BENCHMARKS.md).
     # `said`: the explanation has said so already.
@@ -290,7 +315,7 @@ def _market_average_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[s
     where_en = {"district": _place(row), "city": _city_en(row)}.get(level, "Saudi Arabia")
     where_ar = {"district": _place_ar(row), "city": f"مدينة {_city_ar(row)}"}.get(level, "المملكة")
     kind = row["type"]
-    said = row.get("benchmark_level") is not None  # by the benchmark sentence
+    said = row.get("benchmark_median_sqm") is not None  # by the benchmark sentence
     return (
         [
             f"It is {against_en} of {_sar(average)} SAR/m2 "
@@ -324,8 +349,13 @@ def _detail_sentences(row: Mapping[str, Any]) -> tuple[list[str], list[str]]:
 _FLAG_TEXT: dict[str, tuple[str, str]] = {
     "no_benchmark": ("no official benchmark for this city", "لا يوجد مؤشر رسمي لهذه المدينة"),
     "city_level_benchmark": (
-        "the district is unknown or thinly traded, so the city benchmark was used",
-        "الحي غير معروف أو قليل الصفقات فاستُخدم مؤشر المدينة",
+        "the district is unknown or thinly traded, or its sales do not price this type, so the "
+        "city benchmark was used",
+        "الحي غير معروف أو قليل الصفقات أو لا تعبّر صفقاته عن هذا النوع فاستُخدم مؤشر المدينة",
+    ),
+    "no_type_benchmark": (
+        "no benchmark for this type here: the recorded sales are mostly of other kinds",
+        "لا يوجد مؤشر لهذا النوع هنا: أغلب الصفقات المسجلة من أنواع أخرى",
     ),
     "thin_market": ("few recorded sales behind the benchmark", "عدد الصفقات خلف المؤشر قليل"),
     "price_above_p75": ("priced above the 75th percentile", "السعر أعلى من الربيع الأعلى"),

@@ -142,6 +142,8 @@ def type_adjusted(name: str) -> pl.Expr:
 
 
 PERCENTILES = ("median", "p25", "p75")
+# What a benchmark says of its place besides the percentiles (see `reported_percentiles`).
+PLACE_FIGURES = ("benchmark_year", "benchmark_transaction_count", "benchmark_yoy_pct")
 
 
 def reported_percentiles() -> list[pl.Expr]:
@@ -151,12 +153,22 @@ def reported_percentiles() -> list[pl.Expr]:
     expensive; an all-deeds figure would contradict the price score for any type whose level
     differs from the area's mix. Applied to a scored frame, after the explanation (which
     states the all-deeds median and the factor)."""
-    return [type_adjusted(k).alias(f"benchmark_{k}_sqm") for k in PERCENTILES]
+    priced = pl.col("benchmark_median_sqm").is_not_null()
+    return [
+        *(type_adjusted(k).alias(f"benchmark_{k}_sqm") for k in PERCENTILES),
+        # A place without percentiles for the type reports no benchmark (the answer's
+        # `benchmark` is null), though its deeds count and trend scored its location.
+        *(pl.when(priced).then(pl.col(c)).alias(c) for c in PLACE_FIGURES),
+    ]
 
 
 def reported_percentiles_row(row: Row) -> dict[str, float | None]:
     """`reported_percentiles` for one row."""
-    return {f"benchmark_{name}_sqm": type_adjusted_row(row, name) for name in PERCENTILES}
+    priced = row["benchmark_median_sqm"] is not None
+    return {
+        **{f"benchmark_{name}_sqm": type_adjusted_row(row, name) for name in PERCENTILES},
+        **{c: row[c] if priced else None for c in PLACE_FIGURES},
+    }
 
 
 def price_bucket() -> pl.Expr:
