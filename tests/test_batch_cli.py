@@ -212,7 +212,13 @@ def test_explanations_the_balance_could_not_pay_are_fetched_by_the_next_run(tmp_
     frame = pl.read_parquet(out)
     assert frame.filter(pl.col("error_code") == "reasoning_skipped").height == 0
     assert frame.filter(pl.col("verdict") == "partial")["reasoning_en"].null_count() == 0
-    assert balance(db, "small") == 5500 - 819  # one borderline run: 360 scores, 153 explanations
+    # in two runs, what one borderline run of the file costs
+    assert main(["workspace", "create", "big", "--balance", "5500", "--db", db]) == 0
+    once = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "once.parquet"),
+            "--db", db, "--workspace", "big", "--reasoning", "borderline", "--quiet",
+            "--journal", str(tmp_path / "once.journal")]  # fmt: skip
+    assert main(once) == 0
+    assert balance(db, "small") == balance(db, "big") < 5500 - 360
 
 
 def test_a_missing_required_column_stops_before_any_charge(tmp_path, db, capsys):

@@ -21,6 +21,7 @@ from pipeline.engine.benchmarks_build import (
     TYPE_FACTOR_MIN_TYPE_DEEDS,
     TYPE_FACTOR_RANGE,
     build,
+    disagreeing_districts,
 )
 from pipeline.engine.names import normalize_name
 from pipeline.errors import UsageError
@@ -618,3 +619,30 @@ def test_one_place_as_a_dict_equals_its_attached_row(table: BenchmarkTable) -> N
         assert attached_row(*place, table) == attach_benchmarks(frame([place]), table).drop(
             "city", "district", "type"
         ).row(0, named=True)
+
+
+def test_district_years_whose_rega_cells_disagree_with_their_deeds_give_no_trend() -> None:
+    cells = pl.DataFrame(
+        {
+            "city_key": ["c", "c", "c", "c"],
+            "district_key": ["homes", "homes", "plain", None],
+            "year": [2024, 2023, 2024, 2024],
+            "sqm": [450.0, 4000.0, 2100.0, 9.0],  # homes, 2024: one bulk sale of land
+            "deeds": [75, 40, 60, 1000],
+        }
+    )
+    moj = pl.DataFrame({"city_key": ["c", "c"], "district_key": ["homes", "plain"],
+                        "moj_mean": [4000.0, 2000.0]})  # fmt: skip
+    assert disagreeing_districts(cells, moj).rows() == [("c", "homes", 2024)]
+
+
+def test_a_bulk_sale_in_a_district_of_homes_does_not_read_as_a_price_fall(
+    table: BenchmarkTable,
+) -> None:
+    """QA 38: Dammam النورس read -53.3% on one 2024 land cell (459 SAR/m2, published twice),
+    and Jeddah الشراع -38.5%: cells the type factors refuse. They carry their city's figure."""
+    bench = table.benchmarks
+    for city, district in (("الدمام", "النورس"), ("جده", "الشراع")):
+        city_yoy = bench.filter(pl.col("level") == "city", pl.col("city_key") == city)["yoy_pct"]
+        row = bench.filter(pl.col("city_key") == city, pl.col("district_key") == district)
+        assert row["yoy_pct"].to_list() == city_yoy.to_list()

@@ -496,6 +496,24 @@ def _factors(cells: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     )
 
 
+def disagreeing_districts(cells: pl.DataFrame, moj_mean: pl.DataFrame) -> pl.DataFrame:
+    """(city_key, district_key, year) of the district-years whose REGA cells (`cells`, all
+    types) describe another market than the district's MOJ deeds: their all-types mean outside
+    TYPE_FACTOR_AGREEMENT x the mean of its benchmark deeds (`moj_mean`). The same test the
+    type factors pass (`type_factors`), for the cells of the year-over-year change."""
+    low, high = TYPE_FACTOR_AGREEMENT
+    keys = ["city_key", "district_key", "year"]
+    weighted = (pl.col("sqm") * pl.col("deeds")).sum() / pl.col("deeds").sum()
+    return (
+        cells.filter(pl.col("district_key").is_not_null())
+        .group_by(keys)
+        .agg(all_sqm=weighted)
+        .join(moj_mean, on=["city_key", "district_key"])
+        .filter(~(pl.col("all_sqm") / pl.col("moj_mean")).is_between(low, high))
+        .select(keys)
+    )
+
+
 def type_factors(
     latest: pl.DataFrame,
     fallback: pl.DataFrame,
@@ -660,14 +678,36 @@ def build(sources: Path | Sequence[Path], out_path: Path) -> BuildReport:
         pl.col("year") == BENCHMARK_YEAR, pl.col("quarter").is_in(YOY_QUARTERS)
     )
 
+    moj_mean = (  # of the districts with a benchmark of their own: a few deeds' mean says little
+        kept.filter(pl.col("district_key").is_not_null())
+        .group_by("city_key", "district_key")
+        .agg(moj_mean=pl.col("price_per_sqm").mean(), deeds=pl.len())
+        .filter(pl.col("deeds") >= MIN_TRANSACTIONS)
+        .drop("deeds")
+    )
+    # A district-year whose REGA cells describe another market than its deeds (one bulk sale
+    # of land in a district of homes) takes no part in the change either: Dammam النورس read
+    # -53% on one land cell, published twice, that the type factors already refuse.
+    elsewhere = disagreeing_districts(
+        pl.concat(
+            [
+                report_all.filter(pl.col("year") == BENCHMARK_YEAR - 1),
+                indicators_all.filter(pl.col("year") == BENCHMARK_YEAR),
+            ],
+            how="diagonal_relaxed",
+        ),
+        moj_mean,
+    )
+    before, after = (
+        cells.join(elsewhere, on=["city_key", "district_key", "year"], how="anti")
+        for cells in (before, after)
+    )
     bench = _finish_benchmarks(attach_yoy(moj_benchmarks(kept), before, after))
     factor_rows = type_factors(
         indicators_all.filter(pl.col("year") == BENCHMARK_YEAR),
         report_all.filter(pl.col("year") == last_report_year),
         bench,
-        kept.filter(pl.col("district_key").is_not_null())
-        .group_by("city_key", "district_key")
-        .agg(moj_mean=pl.col("price_per_sqm").mean()),
+        moj_mean,
     )
     factors = _finish_type_factors(factor_rows)
     market = _finish_market(
