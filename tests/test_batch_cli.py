@@ -1287,6 +1287,38 @@ def test_places_without_a_benchmark_of_their_own_are_named_before_paying(tmp_pat
     )
 
 
+def test_types_their_places_sales_do_not_price_are_named_before_paying(tmp_path, db, capsys):
+    """QA 38: where a place's deeds, scaled to the type, do not describe its market, the row is
+    scored on its city's benchmark or on none; only the paid explanation said so."""
+    source = tmp_path / "types.csv"
+    source.write_text(
+        "city,district,type,price,area\n"
+        "Afif,,apartment,450000,150\n"
+        "Afif,,شقة,400000,150\n"
+        "Riyadh,Al Ghadir,apartment,1350000,150\n"
+        "Riyadh,Al Malqa,villa,3200000,400\n"
+        "Afif,,,400000,150\n",  # no type: rejected, not named
+        encoding="utf-8",
+    )
+    said = (
+        "3 row(s): apartment in 'Afif' (2, no benchmark); apartment in district 'Al Ghadir' in "
+        "Riyadh (1, its city's benchmark). Scaled to the type, the recorded sales there would "
+        "not describe its market (a town of land plots, a district dearer than its city): a "
+        "district is scored against its city's benchmark, a city has none for the type (a "
+        "neutral price score)"
+    )
+    capsys.readouterr()
+    assert score(db, str(source), "--dry-run", "--json") == 0
+    assert (
+        json.loads(capsys.readouterr().out)["read_as"]["Types their place's sales do not price"]
+        == said
+    )
+    assert score(db, str(source), "-o", str(tmp_path / "out.csv"), "--json") == 0  # rejects: 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes["Types their place's sales do not price"] == said
+    assert "Places without their own benchmark" not in notes
+
+
 @pytest.mark.parametrize(
     "mistake",
     [

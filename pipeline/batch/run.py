@@ -47,7 +47,7 @@ from pipeline.batch.prepare import file_fingerprint, prepare
 from pipeline.batch.result_columns import RESULT_SCHEMA, in_rejects_schema
 from pipeline.batch.scorers.base import SKIPPED_BUDGET, Scorer
 from pipeline.batch.summary import RunSummary
-from pipeline.batch.unmatched_places import unmatched_places
+from pipeline.batch.unmatched_places import unmatched_places, unpriced_types
 from pipeline.batch.verdict_changes import changed_verdicts, listing_keys
 from pipeline.errors import OutputError, PipelineError, UsageError
 from pipeline.io.parquet_types import typed_input
@@ -330,9 +330,9 @@ def run_batch(
     keyed = distinct_requests(costed(valid, options.reasoning == "all", scorer.version))
     unique = keyed.filter(pl.col("first")).drop("first", "row_number")
     table = scorer.benchmarks()
-    places = unmatched_places(valid, table) if table is not None else None
-    if places is not None:  # said before paying (the plan) and in the summary
-        prepared = replace(prepared, notes=[*prepared.notes, places])
+    if table is not None:  # said before paying (the plan) and in the summary
+        said = [unmatched_places(valid, table), unpriced_types(valid, table)]
+        prepared = replace(prepared, notes=[*prepared.notes, *(n for n in said if n)])
     if dry_run:
         days = _fresh_as_when_begun(journal, fingerprint, freshness_days)
         return make_plan(unique, prepared, keyed, scorer, journal, options, days)

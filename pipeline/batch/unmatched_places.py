@@ -15,6 +15,7 @@ import polars as pl
 from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks
 
 NOTE = "Places without their own benchmark"
+TYPES_NOTE = "Types their place's sales do not price"
 SHOWN = 5  # places named; the rest counted
 
 
@@ -58,3 +59,51 @@ def _place(row: dict[str, object]) -> str:
     if row["level"] is None:
         return f"city {row['city']!r} ({row['rows']})"
     return f"district {row['district']!r} in {row['city']} ({row['rows']})"
+
+
+def unpriced_types(requests: pl.DataFrame, table: BenchmarkTable) -> tuple[str, str] | None:
+    """The summary's note on the rows of `requests` whose place has a benchmark, but one whose
+    deeds, scaled to the row's type, would not describe the type's market (see
+    `benchmarks.CREDIBLE_BAND`): a district scored against its city's benchmark, or a city
+    without one for the type. None when there are none. (Places the tables do not know are
+    `unmatched_places`'.)"""
+    places = (
+        requests.filter(pl.col("city").is_not_null(), pl.col("type").is_not_null())
+        .group_by("city", "district", "type")
+        .agg(rows=pl.len())
+    )
+    if places.is_empty():
+        return None
+    typed = attach_benchmarks(places, table)
+    as_place = attach_benchmarks(places.with_columns(type=pl.lit(None, pl.String)), table)
+    found = places.with_columns(
+        level=typed["benchmark_level"],
+        priced=typed["benchmark_median_sqm"].is_not_null(),
+        place_level=as_place["benchmark_level"],
+    ).filter(
+        pl.col("place_level").is_not_null()
+        & (~pl.col("priced") | (pl.col("level") != pl.col("place_level")))
+    )
+    if found.is_empty():
+        return None
+    found = found.sort(["rows", "city", "district", "type"], descending=[True, False, False, False])
+    named = [_typed_place(row) for row in found.head(SHOWN).iter_rows(named=True)]
+    more = found.height - SHOWN
+    listed = "; ".join(named) + (f"; and {more} more" if more > 0 else "")
+    return (
+        TYPES_NOTE,
+        f"{int(found['rows'].sum())} row(s): {listed}. Scaled to the type, the recorded sales "
+        "there would not describe its market (a town of land plots, a district dearer than its "
+        "city): a district is scored against its city's benchmark, a city has none for the type "
+        "(a neutral price score)",
+    )
+
+
+def _typed_place(row: dict[str, object]) -> str:
+    where = (
+        f"district {row['district']!r} in {row['city']}"
+        if row["place_level"] == "district"
+        else f"{row['city']!r}"
+    )
+    outcome = "its city's benchmark" if row["priced"] else "no benchmark"
+    return f"{row['type']} in {where} ({row['rows']}, {outcome})"
