@@ -166,3 +166,12 @@ def test_a_city_without_a_benchmark_written_with_the_word_city_is_not_given_it_t
     text = explain(engine, "مدينة   لا تعرف")["reasoning_ar"]
     assert "لا يوجد مؤشر رسمي لمدينة لا تعرف،" in text
     assert "لا يوجد مؤشر رسمي لمدينة تبوكية،" in explain(engine, "تبوكية")["reasoning_ar"]
+
+
+def test_direction_marks_in_a_name_are_not_said_back(engine):
+    """QA 37: a right-to-left override in the city was echoed into the explanation, which it
+    reordered on screen."""
+    reasoning = explain(engine, "\u202eAtlantis\u202c")
+    for text in (reasoning["reasoning_en"], reasoning["reasoning_ar"]):
+        assert "Atlantis" in text
+        assert not any(mark in text for mark in "\u202e\u202c\u200f\u200e")

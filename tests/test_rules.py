@@ -121,6 +121,16 @@ def test_a_valid_request_passes():
         ({"location__city": "--"}, "location.city", EMPTY_CITY),
         ({"location__city": "\u3164"}, "location.city", EMPTY_CITY),  # a Hangul filler
         ({"location__city": "\x00\x01"}, "location.city", EMPTY_CITY),
+        (  # QA 37: accepted, charged, and said back inside the explanation
+            {"location__city": "Atlantis\x00"},
+            "location.city",
+            "location.city must not contain control characters (such as NUL)",
+        ),
+        (
+            {"location__district": "Al Malqa\x1b[2J"},
+            "location.district",
+            "location.district must not contain control characters (such as NUL)",
+        ),
         (
             {"location__city": "Riyadh " * 29},
             "location.city",
@@ -252,9 +262,13 @@ generated_rows = st.fixed_dictionaries(
         "parking": st.one_of(st.none(), st.booleans()),
         "furnished": st.one_of(st.none(), st.booleans()),
         "city": st.one_of(
-            st.none(), st.sampled_from(["Riyadh", "", "  ", "\u3000", "جدة", "جدة" * 67])
+            st.none(),
+            st.sampled_from(["Riyadh", "", "  ", "\u3000", "جدة", "جدة" * 67, "Riyadh\x00"]),
         ),
-        "district": st.one_of(st.none(), st.sampled_from(["Al Malqa", "ب" * 200, "ب" * 201])),
+        "district": st.one_of(
+            st.none(),
+            st.sampled_from(["Al Malqa", "ب" * 200, "ب" * 201, "Al\tMalqa\n", "x\x7f", "\x85"]),
+        ),
         "lat": _numbers(-100, 100),
         "lng": _numbers(-200, 200),
         "reasoning": st.one_of(st.none(), st.booleans()),

@@ -100,8 +100,13 @@ def _against(diff_pct: float, noun_en: str, noun_ar: str) -> tuple[str, str]:
 
 
 def _as_written(text: str | None) -> str:
-    """A name the user wrote, spaces tidied ('  riyadh ' -> 'riyadh')."""
-    return " ".join((text or "").split())
+    """A name the user wrote, spaces tidied ('  riyadh ' -> 'riyadh') and without direction
+    marks and overrides, which would reorder the sentence around it."""
+    return " ".join(_DIRECTION_MARKS.sub("", text or "").split())
+
+
+# LRM, RLM, ALM and the embeddings, overrides and isolates of Unicode's bidirectional algorithm
+_DIRECTION_MARKS = re.compile("[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]")
 
 
 def _official_ar(name: str) -> str:

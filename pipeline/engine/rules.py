@@ -10,6 +10,7 @@ row, in the order of the request body, is the one reported.
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -169,6 +170,22 @@ def _not_too_long(column: str) -> Rule:
     )
 
 
+# Control characters other than white space (which names may hold, and the matcher folds):
+# NUL and the rest name nothing, and said back in an explanation they would garble it.
+_CONTROL = "[\x00-\x08\x0e-\x1f\x7f-\x9f]"
+_CONTROL_RE = re.compile(_CONTROL)
+
+
+def _no_control_characters(column: str) -> Rule:
+    return Rule(
+        column,
+        "no_control_characters",
+        f"{FIELD_PATHS[column]} must not contain control characters (such as NUL)",
+        _c(column).str.contains(_CONTROL),
+        lambda row: row[column] is not None and _CONTROL_RE.search(row[column]) is not None,
+    )
+
+
 RULES: tuple[Rule, ...] = (
     _required("type", f" (one of {_TYPES})"),
     Rule(
@@ -201,6 +218,8 @@ RULES: tuple[Rule, ...] = (
     ),
     _not_too_long("city"),
     _not_too_long("district"),
+    _no_control_characters("city"),
+    _no_control_characters("district"),
     *_coordinate("lat", "lng", 90),
     *_coordinate("lng", "lat", 180),
     _required("reasoning", " (true or false)"),
