@@ -5,8 +5,11 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
+import jsonschema_rs
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +23,14 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from pipeline.engine.engine import Engine
-from tests.test_service_fixtures import Service, start_service
+from tests.test_service_fixtures import (
+    VALID,
+    FakeEngine,
+    Service,
+    body,
+    running_service,
+    start_service,
+)
 
 CHECKS = [
     not_a_server_error,
@@ -48,10 +58,7 @@ def test_document_names_every_status_and_body(live: Service) -> None:
         schemas
     )
     assert schemas["DecisionRequest"]["required"] == ["property", "location", "reasoning"]
-    error = schemas["ErrorBody"]
-    assert error["required"] == ["error", "message"]
-    assert error["properties"]["field"]["type"] == "string"  # absent when not said, not null
-    assert error["properties"]["balance"]["type"] == "integer"
+    assert schemas["ErrorBody"]["required"] == ["error", "message"]
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     for scores in (schemas["DecisionResponse"], schemas["Bucket"]):  # the spec: 0 to 100
         assert (
@@ -88,3 +95,67 @@ def test_fuzz_no_5xx_and_responses_match_the_schema(live: Service, mode: Generat
     assert statuses, "no request was sent"
     if mode is GenerationMode.POSITIVE:
         assert statuses[200] > 0, statuses
+
+
+def answer_schema(document: dict[str, Any], status: int) -> jsonschema_rs.Validator:
+    """A validator of the body the served document gives POST /v1/decisions's `status`."""
+    answer = document["paths"]["/v1/decisions"]["post"]["responses"][str(status)]
+    schema = answer["content"]["application/json"]["schema"]
+    return jsonschema_rs.validator_for({**schema, "components": document["components"]})
+
+
+def test_402_and_422_bodies_require_the_fields_the_spec_adds(live: Service) -> None:
+    # Found by QA: one ErrorBody for every status, requiring only `error` and `message`; the
+    # spec adds `field` to validation_error and `required`, `balance` to insufficient_decisions.
+    document = httpx.get(f"{live.url}/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    insufficient = schemas["InsufficientDecisionsBody"]
+    assert insufficient["required"] == ["error", "message", "required", "balance"]
+    assert insufficient["properties"]["required"]["type"] == "integer"
+    assert insufficient["properties"]["balance"]["type"] == "integer"
+    invalid = schemas["ValidationErrorBody"]
+    assert invalid["required"] == ["error", "message", "field"]
+    assert invalid["properties"]["field"]["type"] == "string"
+    # A status that carries two codes tells them apart by `error`: each body matches one.
+    assert schemas["UnprocessableBody"]["discriminator"]["propertyName"] == "error"
+    paid, unprocessable = answer_schema(document, 402), answer_schema(document, 422)
+    said = {"message": "m"}
+    assert paid.is_valid({"error": "insufficient_decisions", **said, "required": 3, "balance": 2})
+    assert not paid.is_valid({"error": "insufficient_decisions", **said})
+    assert not paid.is_valid({"error": "insufficient_decisions", **said, "required": 3})
+    assert unprocessable.is_valid({"error": "validation_error", **said, "field": "property.area"})
+    assert not unprocessable.is_valid({"error": "validation_error", **said})
+    assert unprocessable.is_valid({"error": "idempotency_key_reused", **said})
+    assert not unprocessable.is_valid({"error": "something_else", **said})
+
+
+def test_real_402_and_422_answers_match_the_served_schemas(live: Service, tmp_path: Path) -> None:
+    def without(answer: dict[str, Any], name: str) -> dict[str, Any]:
+        return {k: v for k, v in answer.items() if k != name}
+
+    document = httpx.get(f"{live.url}/openapi.json").json()
+    unprocessable = answer_schema(document, 422)
+    negative = body(property={**VALID["property"], "area": -50})
+    invalid = live.post(negative)
+    assert (invalid.status_code, invalid.json()["field"]) == (422, "property.area")
+    unprocessable.validate(invalid.json())
+    assert not unprocessable.is_valid(without(invalid.json(), "field"))
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    assert live.post(VALID, headers=key).status_code == 200
+    reused = live.post(body(reasoning=True), headers=key)
+    assert (reused.status_code, reused.json()["error"]) == (422, "idempotency_key_reused")
+    unprocessable.validate(reused.json())
+
+    with running_service(tmp_path, FakeEngine(), balance=2) as poor:
+        paid = answer_schema(httpx.get(f"{poor.url}/openapi.json").json(), 402)
+        short = poor.post(body(reasoning=True))  # costs 3
+        assert short.status_code == 402
+        assert (short.json()["required"], short.json()["balance"]) == (3, 2)
+        paid.validate(short.json())
+        for name in ("required", "balance"):
+            assert not paid.is_valid(without(short.json(), name))
+        assert poor.post(VALID).status_code == 200
+        assert poor.post(VALID).status_code == 200
+        spent = poor.post(negative)  # at a balance of zero, a 402 whatever else is wrong
+        assert (spent.status_code, spent.json()["balance"]) == (402, 0)
+        paid.validate(spent.json())

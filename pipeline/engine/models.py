@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from pipeline.engine.rules import BLANK_LETTERS, MAX_NAME_CHARACTERS, MAXIMUM, MINIMUM_AREA
 from pipeline.engine.schema import PROPERTY_TYPES
@@ -149,11 +149,34 @@ class DecisionResponse(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    error: str
+    """The spec's error body (section 7); the errors that add fields have models of their own."""
+
+    error: str = Field(description="A machine-readable code.")
     message: str
-    field: str | None = None
-    required: int | None = None
-    balance: int | None = None
+
+
+class ValidationErrorBody(ErrorBody):
+    error: Literal["validation_error"]
+    field: str = Field(description="The dotted path of the offending field, such as property.area.")
+
+
+class InsufficientDecisionsBody(ErrorBody):
+    error: Literal["insufficient_decisions"]
+    required: int = Field(description="The decisions the request needs.")
+    balance: int = Field(description="The decisions the workspace has.")
+
+
+class IdempotencyKeyReusedBody(ErrorBody):
+    """The other 422: the Idempotency-Key was sent before with another body (no extra field)."""
+
+    error: Literal["idempotency_key_reused"]
+
+
+class UnprocessableBody(RootModel[ValidationErrorBody | IdempotencyKeyReusedBody]):
+    """A 422 body: `validation_error` (with `field`) or `idempotency_key_reused`, told apart by
+    `error`."""
+
+    root: ValidationErrorBody | IdempotencyKeyReusedBody = Field(discriminator="error")
 
 
 class WorkspaceBody(BaseModel):

@@ -18,7 +18,8 @@ once its head is complete (a client that never completes one is never refused) a
 keep-alive connections as busy.
 
 Bytes that are not HTTP/1.1 are answered with a JSON error body too (uvicorn's is plain text),
-saying what h11 found wrong.
+saying what h11 found wrong, and so is a request head (request line and headers) over 16 KiB
+(uvicorn's `h11_max_incomplete_event_size`), whether it arrived in pieces or in one read.
 """
 
 from __future__ import annotations
@@ -56,13 +57,32 @@ _REFUSALS = {
 
 
 class _RefusalRecordingConnection(h11.Connection):
-    """h11's connection, keeping why it refused the client's bytes (uvicorn does not say)."""
+    """h11's connection, keeping why it refused the client's bytes (uvicorn does not say), and
+    refusing a request head over `max_head_bytes` however it arrived.
+
+    h11 counts only a head still incomplete (`max_incomplete_event_size`): one that came whole
+    in a single read, of any size up to the 256 KiB asyncio reads at once, was served. A whole
+    head is measured as the bytes h11 took out of its receive buffer for it (the same count, so
+    optional whitespace it drops from header values counts too): two `len` calls a request."""
 
     refusal: h11.RemoteProtocolError | None = None
 
+    def __init__(self, max_head_bytes: int) -> None:
+        super().__init__(h11.SERVER, max_head_bytes)
+        self.max_head_bytes = max_head_bytes
+
     def next_event(self) -> Any:
+        buffered = len(self._receive_buffer)
         try:
-            return super().next_event()
+            event = super().next_event()
+            if type(event) is h11.Request:
+                head = buffered - len(self._receive_buffer)
+                if head > self.max_head_bytes:
+                    raise h11.RemoteProtocolError(
+                        f"{head} bytes, over the limit of {self.max_head_bytes}",
+                        error_status_hint=431,
+                    )
+            return event
         except h11.RemoteProtocolError as refusal:
             self.refusal = refusal
             raise
@@ -75,7 +95,7 @@ class GuardedH11Protocol(H11Protocol):
         super().__init__(config, *args, **kwargs)
         size = config.h11_max_incomplete_event_size
         self.conn = _RefusalRecordingConnection(
-            h11.SERVER, size if size is not None else DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
+            size if size is not None else DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
         )
 
     _deadline: asyncio.TimerHandle | None = None

@@ -6,8 +6,16 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 
-from pipeline.engine.models import DecisionRequest, DecisionResponse, ErrorBody, WorkspaceBody
+from pipeline.engine.models import (
+    DecisionRequest,
+    DecisionResponse,
+    ErrorBody,
+    InsufficientDecisionsBody,
+    UnprocessableBody,
+    WorkspaceBody,
+)
 
 _ERRORS: dict[int, str] = {
     400: "`invalid_json`: the body is not JSON; `invalid_idempotency_key`: empty, too long, "
@@ -34,6 +42,13 @@ _ERRORS: dict[int, str] = {
     "`too_many_connections`: the server has as many connections open as it allows.",
 }
 
+# The statuses whose errors add fields (spec, section 7) have a body schema of their own; every
+# other status has the bare ErrorBody.
+_BODIES: dict[int, type[BaseModel]] = {
+    402: InsufficientDecisionsBody,
+    422: UnprocessableBody,
+}
+
 _HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
     409: {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}},
@@ -57,7 +72,7 @@ def decision_responses() -> dict[int | str, dict[str, Any]]:
         }
     }
     for status, description in _ERRORS.items():
-        responses[status] = {"model": ErrorBody, "description": description}
+        responses[status] = {"model": _BODIES.get(status, ErrorBody), "description": description}
         if status in _HEADERS:
             responses[status]["headers"] = _HEADERS[status]
     return responses
@@ -92,23 +107,6 @@ DECISION_OPERATION: dict[str, Any] = {
 }
 
 
-_ERROR_EXTRAS = {
-    "field": ("string", "validation_error: the dotted path of the offending field."),
-    "required": ("integer", "insufficient_decisions: the decisions the request needs."),
-    "balance": ("integer", "insufficient_decisions: the decisions the workspace has."),
-}
-
-
-def _extras_never_null(error_body: dict[str, Any]) -> None:
-    """An error's extra fields are left out when they do not apply, never sent as null."""
-    for name, (kind, description) in _ERROR_EXTRAS.items():
-        error_body["properties"][name] = {
-            "type": kind,
-            "title": error_body["properties"][name].get("title", name.title()),
-            "description": description,
-        }
-
-
 def install_openapi(app: FastAPI) -> None:
     """Add the request model and the bearer scheme to FastAPI's generated document."""
 
@@ -129,7 +127,6 @@ def install_openapi(app: FastAPI) -> None:
             reasoning = schemas["DecisionResponse"]["properties"]["reasoning"]
             reasoning.pop("anyOf", None)
             reasoning["$ref"] = "#/components/schemas/Reasoning"
-            _extras_never_null(schemas["ErrorBody"])
             components["securitySchemes"] = {
                 "bearer": {"type": "http", "scheme": "bearer", "description": "sk-... API key"}
             }
