@@ -11,7 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from pipeline.engine.rules import BLANK_LETTERS, MAX_NAME_CHARACTERS, MAXIMUM, MINIMUM_AREA
+from pipeline.engine.rules import (
+    BLANK_LETTERS,
+    CONTROL_CHARACTERS,
+    MAX_NAME_CHARACTERS,
+    MAXIMUM,
+    MINIMUM_AREA,
+)
 from pipeline.engine.schema import PROPERTY_TYPES
 
 Verdict = Literal["match", "partial", "no_match"]
@@ -62,6 +68,7 @@ _NOT_BLANK = {
     "minLength": 1,
     "maxLength": MAX_NAME_CHARACTERS,
     "pattern": "(?![" + "".join(f"\\u{ord(c):04x}" for c in BLANK_LETTERS) + "])[\\p{L}\\p{N}]",
+    "not": {"pattern": CONTROL_CHARACTERS},
 }
 
 
@@ -85,7 +92,10 @@ class Location(BaseModel):
     district: str | None = Field(
         default=None,
         description="District; city level if absent.",
-        json_schema_extra={"maxLength": MAX_NAME_CHARACTERS},
+        json_schema_extra={
+            "maxLength": MAX_NAME_CHARACTERS,
+            "not": {"pattern": CONTROL_CHARACTERS},
+        },
     )
     lat: float | None = Field(
         default=None, description="With lng.", json_schema_extra={"minimum": -90, "maximum": 90}

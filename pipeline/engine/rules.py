@@ -172,8 +172,8 @@ def _not_too_long(column: str) -> Rule:
 
 # Control characters other than white space (which names may hold, and the matcher folds):
 # NUL and the rest name nothing, and said back in an explanation they would garble it.
-_CONTROL = "[\x00-\x08\x0e-\x1f\x7f-\x9f]"
-_CONTROL_RE = re.compile(_CONTROL)
+CONTROL_CHARACTERS = "[\x00-\x08\x0e-\x1f\x7f-\x9f]"
+_CONTROL_RE = re.compile(CONTROL_CHARACTERS)
 
 
 def _no_control_characters(column: str) -> Rule:
@@ -181,7 +181,7 @@ def _no_control_characters(column: str) -> Rule:
         column,
         "no_control_characters",
         f"{FIELD_PATHS[column]} must not contain control characters (such as NUL)",
-        _c(column).str.contains(_CONTROL),
+        _c(column).str.contains(CONTROL_CHARACTERS),
         lambda row: row[column] is not None and _CONTROL_RE.search(row[column]) is not None,
     )
 
