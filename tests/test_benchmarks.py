@@ -329,26 +329,26 @@ def test_district_without_its_own_factor_falls_back_to_city(table: BenchmarkTabl
         assert _credible(row)
 
 
-def test_district_whose_benchmark_on_a_borrowed_factor_is_not_the_types_takes_its_citys(
+def test_district_whose_benchmark_cannot_be_the_types_takes_its_citys(
     table: BenchmarkTable,
 ) -> None:
     """QA 38: the city's factor corrects the city's mix, not the district's. Riyadh الحاير
     (outskirts, land: median 452) scaled to 820 SAR/m2 for apartments, where Riyadh's average
-    is 6,274; الغدير (homes, median 8,102) to 14,721, above any apartment there."""
+    is 6,274: it takes Riyadh's benchmark. QA 39: a district dearer than its city keeps its
+    own figures (الازدهار's land, 4,521, 2.3 x Riyadh's land average; REGA's land cells there
+    trade at 4,782-8,242), as a band of 0.5-2 x sent it to Riyadh's land at 1,024."""
     city = attach_one(table, "الرياض", None, "apartment")
-    for district in ("الحاير", "Al Ghadir"):
-        row = attach_one(table, "Riyadh", district, "apartment")
-        assert row["benchmark_level"] == "city"
-        assert row["benchmark_district_ar"] is None
-        for column in ("benchmark_median_sqm", "benchmark_transaction_count", "type_factor"):
-            assert row[column] == city[column]
-        assert row["type_factor_level"] == "city"
-    # الغدير's REGA cells disagree with its deeds (one bulk sale of 75 land deeds at 452
-    # SAR/m2 against 34 deeds at a median of 8,100), so it has no factor of its own
-    ghadir = table.type_factors.filter(pl.col("district_key") == "الغدير")
-    assert "الرياض" not in set(ghadir["city_key"])
-    # as a place, whatever the type: its own benchmark
-    assert attach_one(table, "Riyadh", "Al Ghadir", None)["benchmark_level"] == "district"
+    row = attach_one(table, "الرياض", "الحاير", "apartment")
+    assert row["benchmark_level"] == "city"
+    assert row["benchmark_district_ar"] is None
+    for column in ("benchmark_median_sqm", "benchmark_transaction_count", "type_factor"):
+        assert row[column] == city[column]
+    assert row["type_factor_level"] == "city"
+    assert attach_one(table, "الرياض", "الحاير", None)["benchmark_level"] == "district"
+    dear = attach_one(table, "الرياض", "الازدهار", "land")
+    assert dear["benchmark_level"] == "district"
+    assert dear["type_factor_level"] == "city"
+    assert 4500 < dear["benchmark_median_sqm"] * dear["type_factor"] < 4550
 
 
 def test_city_without_a_factor_falls_back_to_national(table: BenchmarkTable) -> None:
@@ -383,8 +383,29 @@ def test_a_city_whose_deeds_do_not_price_the_type_gives_it_no_percentiles(
     assert row["type_factor"] is None
     assert row["type_factor_level"] is None
     assert row["market_avg_level"] == "national"
-    land = attach_one(table, "Afif", None, None)  # the city's own deeds, as they are
-    assert land["benchmark_median_sqm"] is not None
+    deeds = attach_one(table, "Afif", None, None)  # the city's own deeds, as they are
+    assert deeds["benchmark_median_sqm"] is not None
+
+
+def test_a_citys_own_factor_clamped_far_from_the_types_market_gives_no_percentiles(
+    table: BenchmarkTable,
+) -> None:
+    """QA 39: the band applies to a place's own factor too. Ranyah's apartment factor, clamped
+    at 8, made an apartment median of 133 SAR/m2."""
+    ranyah = attach_one(table, "رنيه", None, "apartment")
+    assert ranyah["type_factor"] is None and ranyah["benchmark_median_sqm"] is None
+
+
+def test_a_town_on_the_national_factor_keeps_figures_that_can_be_its_market(
+    table: BenchmarkTable,
+) -> None:
+    """QA 39: checked against the country's average, a town's land is no absurdity at a tenth
+    of it; only homes have a floor (what a building costs). Hofuf (median 878) kept no
+    benchmark for any type under a first version of the band."""
+    for type_, median in (("apartment", 1870), ("villa", 1860), ("land", 399)):
+        row = attach_one(table, "الهفوف", None, type_)
+        assert row["type_factor_level"] == "national"
+        assert abs(row["benchmark_median_sqm"] * row["type_factor"] - median) < 5
 
 
 def test_factor_null_only_without_a_benchmark(table: BenchmarkTable) -> None:

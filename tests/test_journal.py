@@ -1608,3 +1608,49 @@ def test_only_the_earlier_journal_of_the_links_own_file_is_taken_and_never_while
     holder.close()
     assert journal_path(journals, link, "t").read_text(encoding="utf-8") == "2026-11-21-acme.csv"
     assert kept["2026-11-21-beta.csv"].exists()
+
+
+def test_a_new_scorer_version_says_why_every_row_is_paid_again(tmp_path, monkeypatch, capsys):
+    """QA 39: after an upgrade of the formulas, a nightly paid every row again, its dry run
+    said only "Already scored 0", and its summary "Run journal: new" with no word of why."""
+    import json
+
+    from pipeline.engine import engine
+
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    first = job.charged()
+    monkeypatch.setattr(engine, "FORMULA_VERSION", "next")
+    capsys.readouterr()
+    assert job.score(SAMPLE / "portfolio.csv", "--dry-run", "--json") == 0
+    said = json.loads(capsys.readouterr().out)["read_as"]["Scorer changed since the last run"]
+    assert "formula-3+" in said and "formula-next+" in said and "paid, again" in said
+    assert job.score(SAMPLE / "portfolio.csv", "--json") == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert "paid, again" in notes["Scorer changed since the last run"]
+    assert job.charged() == 2 * first
+    assert job.score(SAMPLE / "portfolio.csv", "--fresh", "--json") == 0  # the same version
+    assert "Scorer changed since the last run" not in json.loads(capsys.readouterr().out)["notes"]
+
+
+def test_a_default_journal_new_with_the_scorer_says_the_job_was_scored_before(
+    tmp_path, monkeypatch, capsys
+):
+    import json
+
+    from pipeline.engine import engine
+
+    monkeypatch.setenv(
+        "DECISIONS_SETTINGS", str(_settings(tmp_path, f'journal_dir = "{tmp_path / "j"}"'))
+    )
+    db = str(tmp_path / "ledger.db")
+    assert main(["workspace", "create", "acme", "--balance", "5000", "--db", db]) == 0
+    capsys.readouterr()
+    argv = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    assert "new, no earlier answers" in json.loads(capsys.readouterr().out)["notes"]["Run journal"]
+    monkeypatch.setattr(engine, "FORMULA_VERSION", "next")
+    assert main([*argv, "--dry-run"]) == 0
+    said = json.loads(capsys.readouterr().out)["read_as"]["Run journal"]
+    assert "This job was scored before" in said and "paid, again" in said

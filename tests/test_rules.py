@@ -267,7 +267,9 @@ generated_rows = st.fixed_dictionaries(
         ),
         "district": st.one_of(
             st.none(),
-            st.sampled_from(["Al Malqa", "ب" * 200, "ب" * 201, "Al\tMalqa\n", "x\x7f", "\x85"]),
+            st.sampled_from(
+                ["Al Malqa", "ب" * 200, "ب" * 201, "Al\tMalqa\n", "x\x7f", "\x85", "a\x1fb"]
+            ),
         ),
         "lat": _numbers(-100, 100),
         "lng": _numbers(-200, 200),

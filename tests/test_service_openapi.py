@@ -159,3 +159,27 @@ def test_real_402_and_422_answers_match_the_served_schemas(live: Service, tmp_pa
         spent = poor.post(negative)  # at a balance of zero, a 402 whatever else is wrong
         assert (spent.status_code, spent.json()["balance"]) == (402, 0)
         paid.validate(spent.json())
+
+
+def test_the_served_request_schema_takes_what_the_service_takes_of_names(live: Service) -> None:
+    """QA 39: a `not` beside `anyOf [string, null]` refused `"district": null`, which the
+    service answers. Control characters in names are refused by both; the white space the name
+    matcher folds (a tab, NEL) is taken by both."""
+    document = httpx.get(f"{live.url}/openapi.json").json()
+    body = document["paths"]["/v1/decisions"]["post"]["requestBody"]["content"]
+    request = jsonschema_rs.validator_for(
+        {**body["application/json"]["schema"], "components": document["components"]}
+    )
+
+    def valid(city: str, district: str | None) -> bool:
+        location = {"city": city, "district": district}
+        return request.is_valid(
+            {"property": {"type": "villa", "price": 3_200_000, "area": 400},
+             "location": location, "reasoning": False}
+        )  # fmt: skip
+
+    assert valid("Riyadh", None)
+    assert valid("Riyadh", "Al Malqa")
+    assert valid("Riyadh\u0085", "Al\tMalqa")
+    assert not valid("Riyadh\x00", None)
+    assert not valid("Riyadh", "Al Malqa\x1b[2J")

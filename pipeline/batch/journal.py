@@ -348,6 +348,14 @@ class Journal:
             self._set_meta("open_run_since", repr(time.time()))
         self._set_meta("open_run", input_fingerprint)
 
+    def scored_by(self) -> str | None:
+        """The scorer version (formulas and tables, or the service) of the job's last run that
+        scored here; None before any, or for a journal of a version before 2026-11-25."""
+        return self._meta("scored_by")
+
+    def remember_scorer(self, version: str) -> None:
+        self._set_meta("scored_by", version)
+
     def open_run_since(self) -> float | None:
         """When the unfinished run began (its first start, however often it was resumed): the
         answers recorded before it were paid by earlier runs. None for a run begun by a

@@ -293,6 +293,33 @@ def _stop_records_spend(budget: Budget, balance_before: int | None) -> Iterator[
         raise
 
 
+def _new_journal(journal: Journal | None, scorer_version: str) -> tuple[str, str] | None:
+    """The summary's note on a journal whose answers this run cannot reuse: one that holds none
+    yet (a renamed input, another workspace: a job anew), saying so when the job was scored
+    before, or one whose answers another version of the scorer made. A new version of the
+    formulas or the benchmark tables makes new answers (a default journal of its own), and every
+    row is paid again once (QA 39: a nightly's summary did not say why)."""
+    if journal is None:
+        return None
+    if journal.holds_batches():
+        before = journal.scored_by()
+        if before is None or before == scorer_version:
+            return None
+        return (
+            "Scorer changed since the last run",
+            f"{before} -> {scorer_version}: the journal's answers were made by the other, and "
+            "are not reused; rows are scored, and paid, again",
+        )
+    if not journal.verdicts_path.exists():
+        return ("Run journal", f"new, no earlier answers to reuse: {journal.path}")
+    return (
+        "Run journal",
+        f"new: {journal.path}. This job was scored before (its verdicts are kept), by another "
+        "version of the formulas or benchmark tables, whose answers are not reused, or with a "
+        "journal since removed: its rows are scored, and paid, again",
+    )
+
+
 def run_batch(
     options: BatchOptions,
     scorer: Scorer,
@@ -335,6 +362,8 @@ def run_batch(
         prepared = replace(prepared, notes=[*prepared.notes, *(n for n in said if n)])
     if dry_run:
         days = _fresh_as_when_begun(journal, fingerprint, freshness_days)
+        if (anew := _new_journal(journal, scorer.version)) is not None:  # before paying again
+            prepared = replace(prepared, notes=[*prepared.notes, anew])
         return make_plan(unique, prepared, keyed, scorer, journal, options, days)
 
     notes = list(prepared.notes)
@@ -348,9 +377,10 @@ def run_batch(
                 ("Input changed since the unfinished run", "its answers to rows still in the "
                  "file are reused, if fresh")
             )  # fmt: skip
-        if not journal.holds_batches():  # a renamed input, another workspace: a job anew
-            notes.append(("Run journal", f"new, no earlier answers to reuse: {journal.path}"))
+        if (anew := _new_journal(journal, scorer.version)) is not None:
+            notes.append(anew)
         journal.start_run(fingerprint)
+        journal.remember_scorer(scorer.version)
     balance_before = scorer.balance()
     budget = Budget(options.budget)
     executor = Executor(scorer, journal, budget)

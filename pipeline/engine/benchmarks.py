@@ -83,15 +83,17 @@ ATTACHED_SCHEMA: dict[str, pl.DataType] = {
 }
 # Type factor when the row's type has none at any level: the benchmark as it stands.
 NEUTRAL_TYPE_FACTOR = 1.0
-# A benchmark scaled by a factor measured elsewhere (a district's by its city's, a city's by the
-# country's) must land within this band of the type's market average for the place (the size
-# bucket's figure) to stand for the type. Outside it, the place's deeds are of another market
-# than the type's (mostly land in a small town: Afif's apartments scaled to 62 SAR/m2, against
-# about 4,400 in the country; a district dearer than its city, scaled by the city's factor,
-# above twice its city's average for the type). The band is the builder's agreement check
-# (benchmarks_build.TYPE_FACTOR_AGREEMENT), which asks the same of the factors it keeps;
-# factors of the benchmark's own area hold 90% of their rows within 0.68-1.05 of it.
-CREDIBLE_BAND = (0.5, 2.0)
+# A benchmark scaled to the type stands for the type only if its median lies within this band
+# of the type's market average for the place (the size bucket's figure: the district's, else
+# the city's, else, for a home, the country's). Outside it, the place's deeds are of another
+# market than the type's, and the factor (measured elsewhere, or clamped) cannot bridge them:
+# Afif's deeds are land, median 28 SAR/m2, which the national apartment factor made 59 against
+# 4,404 for apartments in the country; Ranyah's own apartment factor, clamped at 8, made 133.
+# Wide on purpose: a district dearer or cheaper than its city (Riyadh الازدهار's land, 2.3 x
+# the city's average) keeps its own figures.
+CREDIBLE_BAND = (0.2, 5.0)
+# Types whose figure is checked against the country's average where the place has none: homes.
+BUILT_TO_A_FLOOR = ("apartment", "villa")
 _FIGURES = ("median_sqm", "p25_sqm", "p75_sqm", "year", "transaction_count", "yoy_pct")
 _PERCENTILES = ("median_sqm", "p25_sqm", "p75_sqm")
 _INPUTS = ("city", "district", "type")
@@ -159,13 +161,13 @@ class _Lookups:
     memo: _PlaceMemo = field(default_factory=_PlaceMemo)
 
 
-def _credible(median: str, factor: pl.Expr, own_factor: pl.Expr, market: pl.Expr) -> pl.Expr:
-    """Whether a benchmark's median, scaled to the type by `factor`, describes the type's market:
-    the factor is the benchmark area's own (it corrects that area's mix), or there is no
-    type's average to check it against, or the scaled median lies within CREDIBLE_BAND of it."""
+def _credible(median: str, factor: pl.Expr, market: pl.Expr) -> pl.Expr:
+    """Whether a benchmark's median, scaled to the type by `factor`, can describe the type's
+    market: there is no type's average to check it against, or it lies within CREDIBLE_BAND of
+    the average."""
     low, high = CREDIBLE_BAND
     ratio = pl.col(median) * factor.fill_null(NEUTRAL_TYPE_FACTOR) / market
-    return own_factor | market.is_null() | ratio.is_between(low, high)
+    return market.is_null() | ratio.is_between(low, high)
 
 
 def _output_exprs() -> list[pl.Expr]:
@@ -178,21 +180,16 @@ def _output_exprs() -> list[pl.Expr]:
     city_factor = pl.coalesce("f_city", "f_national")
     # District figures describe the district: they apply only on its own benchmark (a row on
     # its city's benchmark takes the city's), like the type factor, which describes the
-    # benchmark's mix. A district whose benchmark, scaled by a borrowed factor, does not
-    # describe the type's market is on its city's benchmark too; a city's that does not gives
-    # the type no percentiles there (see CREDIBLE_BAND).
+    # benchmark's mix. A district whose benchmark, scaled to the type, cannot describe the
+    # type's market is on its city's benchmark too; a city's that cannot gives the type no
+    # percentiles there (see CREDIBLE_BAND).
+    # The country's average checks only a home's figure: a building has a floor in what it
+    # costs to build, while land in a small town can trade at a tenth of the country's average.
+    national = pl.when(pl.col("_type").is_in(BUILT_TO_A_FLOOR)).then(pl.col("m_national"))
     on_district = has_district & _credible(
-        "d_median_sqm",
-        district_factor,
-        own_district_factor,
-        pl.coalesce("m_district", "m_city", "m_national"),
+        "d_median_sqm", district_factor, pl.coalesce("m_district", "m_city", national)
     )
-    priced_city = has_city & _credible(
-        "c_median_sqm",
-        city_factor,
-        pl.col("f_city").is_not_null(),
-        pl.coalesce("m_city", "m_national"),
-    )
+    priced_city = has_city & _credible("c_median_sqm", city_factor, pl.coalesce("m_city", national))
     priced = on_district | priced_city
     figures = [
         pl.when(on_district)

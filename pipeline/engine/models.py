@@ -92,9 +92,10 @@ class Location(BaseModel):
     district: str | None = Field(
         default=None,
         description="District; city level if absent.",
+        # (a pattern, not "not": a null district is valid, and "not" would apply to it too)
         json_schema_extra={
             "maxLength": MAX_NAME_CHARACTERS,
-            "not": {"pattern": CONTROL_CHARACTERS},
+            "pattern": f"^[^{CONTROL_CHARACTERS[1:-1]}]*$",
         },
     )
     lat: float | None = Field(

@@ -179,11 +179,12 @@ def risk_flags(row: Mapping[str, Any]) -> list[str]:
     if level is None:
         flags.append("no_benchmark")
     else:
-        if level == "city":
+        priced = row["benchmark_median_sqm"] is not None
+        if level == "city" and priced:  # (without percentiles no benchmark was used)
             flags.append("city_level_benchmark")
         if row["benchmark_transaction_count"] < THIN_MARKET_DEEDS:
             flags.append("thin_market")
-        if row["benchmark_median_sqm"] is None:
+        if not priced:
             flags.append("no_type_benchmark")
         else:
             if ppsqm > adjusted(row, "p75"):
@@ -274,13 +275,13 @@ def _no_type_benchmark_sentences(row: Mapping[str, Any]) -> tuple[list[str], lis
     return (
         [
             f"No benchmark exists for {_TYPE_EN[kind]} in {_place(row)}: its {count:,} recorded "
-            f"deeds of {year} are mostly of other kinds of property, so the price could not be "
-            f"compared with sales of its type (price per m2 {ppsqm} SAR)."
+            f"deeds of {year} describe another market than the type's, so the price could not "
+            f"be compared with them (price per m2 {ppsqm} SAR)."
         ],
         [
-            f"لا يوجد مؤشر لل{_TYPE_AR_PLURAL[kind][2:]} في {_place_ar(row)}: أغلب الصفقات "
+            f"لا يوجد مؤشر لل{_TYPE_AR_PLURAL[kind][2:]} في {_place_ar(row)}: الصفقات "
             f"المسجلة هناك ({_counted_ar(count, 'صفقة واحدة', 'صفقتان', 'صفقات', 'صفقة')} في "
-            f"{year}) من أنواع عقار أخرى، فلم تُقارن قيمة العقار بصفقات نوعه "
+            f"{year}) تصف سوقاً غير سوق هذا النوع، فلم تُقارن قيمة العقار بها "
             f"(سعر المتر {ppsqm} ريال)."
         ],
     )
@@ -359,8 +360,8 @@ _FLAG_TEXT: dict[str, tuple[str, str]] = {
         "الحي غير معروف أو قليل الصفقات أو لا تعبّر صفقاته عن هذا النوع فاستُخدم مؤشر المدينة",
     ),
     "no_type_benchmark": (
-        "no benchmark for this type here: the recorded sales are mostly of other kinds",
-        "لا يوجد مؤشر لهذا النوع هنا: أغلب الصفقات المسجلة من أنواع أخرى",
+        "no benchmark for this type here: the recorded sales describe another market",
+        "لا يوجد مؤشر لهذا النوع هنا: الصفقات المسجلة تصف سوقاً آخر",
     ),
     "thin_market": ("few recorded sales behind the benchmark", "عدد الصفقات خلف المؤشر قليل"),
     "price_above_p75": ("priced above the 75th percentile", "السعر أعلى من الربيع الأعلى"),

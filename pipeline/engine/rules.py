@@ -170,9 +170,11 @@ def _not_too_long(column: str) -> Rule:
     )
 
 
-# Control characters other than white space (which names may hold, and the matcher folds):
-# NUL and the rest name nothing, and said back in an explanation they would garble it.
-CONTROL_CHARACTERS = "[\x00-\x08\x0e-\x1f\x7f-\x9f]"
+# Control characters other than white space (which names may hold, and the matcher folds: tab,
+# line breaks, the separators 0x1c-0x1f, NEL): NUL, escape and the rest name nothing, and said
+# back in an explanation they would garble it. Written as escapes, which polars, Python and the
+# OpenAPI document's regular expressions all read.
+CONTROL_CHARACTERS = r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]"
 _CONTROL_RE = re.compile(CONTROL_CHARACTERS)
 
 
