@@ -1295,17 +1295,16 @@ def test_types_their_places_sales_do_not_price_are_named_before_paying(tmp_path,
         "city,district,type,price,area\n"
         "Afif,,apartment,450000,150\n"
         "Afif,,شقة,400000,150\n"
-        "Riyadh,الحاير,apartment,600000,150\n"
+        "Afif,غرناطة,apartment,450000,150\n"
         "Riyadh,Al Malqa,villa,3200000,400\n"
         "Afif,,,400000,150\n",  # no type: rejected, not named
         encoding="utf-8",
     )
     said = (
-        "3 row(s): apartment in 'Afif' (2, no benchmark); apartment in district 'الحاير' in "
-        "Riyadh (1, its city's benchmark). Scaled to the type, the recorded sales there would "
-        "not describe its market (a town or an outskirts district of land plots): a district is "
-        "scored against its city's benchmark, a city has none for the type (a neutral price "
-        "score)"
+        "3 row(s): apartment in 'Afif' (2, no benchmark); apartment in district 'غرناطة' in "
+        "Afif (1, no benchmark). Scaled to the type, the recorded sales there would not "
+        "describe its market: a district is scored against its city's benchmark, a city has "
+        "none for the type (a neutral price score)"
     )
     capsys.readouterr()
     assert score(db, str(source), "--dry-run", "--json") == 0

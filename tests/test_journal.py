@@ -1654,3 +1654,22 @@ def test_a_default_journal_new_with_the_scorer_says_the_job_was_scored_before(
     assert main([*argv, "--dry-run"]) == 0
     said = json.loads(capsys.readouterr().out)["read_as"]["Run journal"]
     assert "This job was scored before" in said and "paid, again" in said
+
+
+def test_a_job_whose_first_run_paid_nothing_was_not_scored_before(tmp_path, monkeypatch, capsys):
+    """QA 40: a first run on an empty balance left a verdict history of no verdicts, and the
+    next run said the job was scored before, by another version."""
+    import json
+
+    journals = f'journal_dir = "{tmp_path / "j"}"'
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path, journals)))
+    db = str(tmp_path / "ledger.db")
+    assert main(["workspace", "create", "acme", "--balance", "0", "--db", db]) == 0
+    argv = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--db", db,
+            "--workspace", "acme", "--json"]  # fmt: skip
+    assert main(argv) == 3  # nothing paid
+    assert main(["workspace", "topup", "acme", "5000", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(argv) == 0
+    said = json.loads(capsys.readouterr().out)["notes"].get("Run journal", "")
+    assert "scored before" not in said

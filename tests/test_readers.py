@@ -137,7 +137,8 @@ def test_encoding_override(tmp_path: Path) -> None:
         read_table(path)
     assert str(excinfo.value) == (
         f"{path}: is not UTF-8 text and its encoding is not recognised; try --encoding cp1256 "
-        "(Arabic Windows), --encoding utf-16 or --encoding latin-1"
+        "(Arabic Windows), --encoding cp1252 (English Windows), --encoding utf-16 or "
+        "--encoding latin-1"
     )
     assert read_table(path, encoding="latin-1")["city"].to_list() == ["München"]
 

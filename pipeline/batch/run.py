@@ -310,13 +310,13 @@ def _new_journal(journal: Journal | None, scorer_version: str) -> tuple[str, str
             f"{before} -> {scorer_version}: the journal's answers were made by the other, and "
             "are not reused; rows are scored, and paid, again",
         )
-    if not journal.verdicts_path.exists():
+    if journal.previous_verdicts()["old_verdict"].is_null().all():  # (a run that paid nothing)
         return ("Run journal", f"new, no earlier answers to reuse: {journal.path}")
     return (
         "Run journal",
         f"new: {journal.path}. This job was scored before (its verdicts are kept), by another "
         "version of the formulas or benchmark tables, whose answers are not reused, or with a "
-        "journal since removed: its rows are scored, and paid, again",
+        "journal since removed (--fresh): its rows are scored, and paid, again",
     )
 
 

@@ -93,9 +93,8 @@ def unpriced_types(requests: pl.DataFrame, table: BenchmarkTable) -> tuple[str, 
     return (
         TYPES_NOTE,
         f"{int(found['rows'].sum())} row(s): {listed}. Scaled to the type, the recorded sales "
-        "there would not describe its market (a town or an outskirts district of land plots): "
-        "a district is scored against its city's benchmark, a city has none for the type (a "
-        "neutral price score)",
+        "there would not describe its market: a district is scored against its city's "
+        "benchmark, a city has none for the type (a neutral price score)",
     )
 
 

@@ -84,15 +84,19 @@ ATTACHED_SCHEMA: dict[str, pl.DataType] = {
 # Type factor when the row's type has none at any level: the benchmark as it stands.
 NEUTRAL_TYPE_FACTOR = 1.0
 # A benchmark scaled to the type stands for the type only if its median lies within this band
-# of the type's market average for the place (the size bucket's figure: the district's, else
-# the city's, else, for a home, the country's). Outside it, the place's deeds are of another
-# market than the type's, and the factor (measured elsewhere, or clamped) cannot bridge them:
-# Afif's deeds are land, median 28 SAR/m2, which the national apartment factor made 59 against
-# 4,404 for apartments in the country; Ranyah's own apartment factor, clamped at 8, made 133.
-# Wide on purpose: a district dearer or cheaper than its city (Riyadh الازدهار's land, 2.3 x
-# the city's average) keeps its own figures.
+# of the type's market average for the benchmark's own place (the district's on a district
+# benchmark, the city's on a city's). Outside it, the place's deeds are of another market than
+# the type's, and the factor cannot bridge them (Ranyah's commercial land: 4.47 SAR/m2 against
+# its average of 23.52). Wide on purpose: the averages are REGA's means, the benchmark MOJ's
+# deeds. A district without an average of its own is not judged by its city's: a district
+# dearer or cheaper than its city (Riyadh الازدهار's land, Jeddah الشرائع's) keeps its figures.
 CREDIBLE_BAND = (0.2, 5.0)
-# Types whose figure is checked against the country's average where the place has none: homes.
+# Where the place has no average for the type, a home's figure must reach this share of the
+# country's average for the type (about 440 SAR/m2): a building has a floor in what it costs,
+# land has none. Afif's deeds are land, median 28 SAR/m2, which the national apartment factor
+# made an apartment median of 59 against 4,404 in the country; Ranyah's own apartment factor,
+# clamped at 8, made 133. Jeddah المسرة's villas (611, REGA's own cells 587) stand.
+HOME_FLOOR = 0.1
 BUILT_TO_A_FLOOR = ("apartment", "villa")
 _FIGURES = ("median_sqm", "p25_sqm", "p75_sqm", "year", "transaction_count", "yoy_pct")
 _PERCENTILES = ("median_sqm", "p25_sqm", "p75_sqm")
@@ -161,13 +165,18 @@ class _Lookups:
     memo: _PlaceMemo = field(default_factory=_PlaceMemo)
 
 
-def _credible(median: str, factor: pl.Expr, market: pl.Expr) -> pl.Expr:
+def _credible(median: str, factor: pl.Expr, local: pl.Expr) -> pl.Expr:
     """Whether a benchmark's median, scaled to the type by `factor`, can describe the type's
-    market: there is no type's average to check it against, or it lies within CREDIBLE_BAND of
-    the average."""
+    market: within CREDIBLE_BAND of the type's average for the benchmark's own place (`local`),
+    or, where that place has none, for a home, at least HOME_FLOOR of the country's."""
+    scaled = pl.col(median) * factor.fill_null(NEUTRAL_TYPE_FACTOR)
     low, high = CREDIBLE_BAND
-    ratio = pl.col(median) * factor.fill_null(NEUTRAL_TYPE_FACTOR) / market
-    return market.is_null() | ratio.is_between(low, high)
+    floor = pl.when(pl.col("_type").is_in(BUILT_TO_A_FLOOR)).then(pl.col("m_national") * HOME_FLOOR)
+    return (
+        pl.when(local.is_not_null())
+        .then((scaled / local).is_between(low, high))
+        .otherwise(floor.is_null() | (scaled >= floor))
+    )
 
 
 def _output_exprs() -> list[pl.Expr]:
@@ -183,13 +192,10 @@ def _output_exprs() -> list[pl.Expr]:
     # benchmark's mix. A district whose benchmark, scaled to the type, cannot describe the
     # type's market is on its city's benchmark too; a city's that cannot gives the type no
     # percentiles there (see CREDIBLE_BAND).
-    # The country's average checks only a home's figure: a building has a floor in what it
-    # costs to build, while land in a small town can trade at a tenth of the country's average.
-    national = pl.when(pl.col("_type").is_in(BUILT_TO_A_FLOOR)).then(pl.col("m_national"))
-    on_district = has_district & _credible(
-        "d_median_sqm", district_factor, pl.coalesce("m_district", "m_city", national)
-    )
-    priced_city = has_city & _credible("c_median_sqm", city_factor, pl.coalesce("m_city", national))
+    # A district is judged by its own average only: one dearer or cheaper than its city is
+    # not wrong for differing from the city's.
+    on_district = has_district & _credible("d_median_sqm", district_factor, pl.col("m_district"))
+    priced_city = has_city & _credible("c_median_sqm", city_factor, pl.col("m_city"))
     priced = on_district | priced_city
     figures = [
         pl.when(on_district)

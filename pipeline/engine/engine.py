@@ -26,8 +26,8 @@ if TYPE_CHECKING:  # pydantic's models cost a batch run 0.15 s to import and it 
 
 # Bump when a formula or threshold changes: stored results of another version are stale.
 # 2: the benchmark's percentiles are reported scaled to the property type.
-# 3: a benchmark scaled by a factor of another area stands for the type only within
-#    benchmarks.CREDIBLE_BAND of the type's average there (else the city's, else none).
+# 3: a benchmark scaled to the type stands for it only where it can describe the type's market
+#    (benchmarks.CREDIBLE_BAND, HOME_FLOOR): else the city's, else none.
 FORMULA_VERSION = "3"
 
 

@@ -47,7 +47,10 @@ from pipeline.errors import InputError
 SNIFF_BYTES = 64 * 1024
 SNIFF_LINES = 20
 SEPARATORS = (",", ";", "\t", "|")
-ENCODING_HINT = "try --encoding cp1256 (Arabic Windows), --encoding utf-16 or --encoding latin-1"
+ENCODING_HINT = (
+    "try --encoding cp1256 (Arabic Windows), --encoding cp1252 (English Windows), "
+    "--encoding utf-16 or --encoding latin-1"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
