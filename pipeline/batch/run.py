@@ -47,7 +47,7 @@ from pipeline.batch.prepare import file_fingerprint, prepare
 from pipeline.batch.result_columns import RESULT_SCHEMA, in_rejects_schema
 from pipeline.batch.scorers.base import SKIPPED_BUDGET, Scorer
 from pipeline.batch.summary import RunSummary
-from pipeline.batch.unmatched_places import unmatched_places, unpriced_types
+from pipeline.batch.unmatched_places import place_notes
 from pipeline.batch.verdict_changes import changed_verdicts, listing_keys
 from pipeline.errors import OutputError, PipelineError, UsageError
 from pipeline.io.parquet_types import typed_input
@@ -358,8 +358,7 @@ def run_batch(
     unique = keyed.filter(pl.col("first")).drop("first", "row_number")
     table = scorer.benchmarks()
     if table is not None:  # said before paying (the plan) and in the summary
-        said = [unmatched_places(valid, table), unpriced_types(valid, table)]
-        prepared = replace(prepared, notes=[*prepared.notes, *(n for n in said if n)])
+        prepared = replace(prepared, notes=[*prepared.notes, *place_notes(valid, table)])
     if dry_run:
         days = _fresh_as_when_begun(journal, fingerprint, freshness_days)
         if (anew := _new_journal(journal, scorer.version)) is not None:  # before paying again

@@ -19,14 +19,22 @@ TYPES_NOTE = "Types their place's sales do not price"
 SHOWN = 5  # places named; the rest counted
 
 
-def unmatched_places(requests: pl.DataFrame, table: BenchmarkTable) -> tuple[str, str] | None:
-    """The summary's note on the rows of `requests` (valid requests: city, district) whose
-    district, or city, has no benchmark of its own; None when every place has one."""
-    places = (
+def place_notes(requests: pl.DataFrame, table: BenchmarkTable) -> list[tuple[str, str]]:
+    """The summary's notes on the places of `requests` (valid requests): `unmatched_places`'
+    and `unpriced_types`', from one pass over the rows."""
+    kinds = (
         requests.filter(pl.col("city").is_not_null())
-        .group_by("city", "district")
+        .group_by("city", "district", "type")
         .agg(rows=pl.len())
     )
+    notes = [unmatched_places(kinds, table), unpriced_types(kinds, table)]
+    return [note for note in notes if note is not None]
+
+
+def unmatched_places(kinds: pl.DataFrame, table: BenchmarkTable) -> tuple[str, str] | None:
+    """The note on the rows counted in `kinds` (city, district, type, rows) whose district, or
+    city, has no benchmark of its own; None when every place has one."""
+    places = kinds.group_by("city", "district").agg(pl.col("rows").sum())
     if places.is_empty():
         return None
     level = attach_benchmarks(places, table)["benchmark_level"]
@@ -61,17 +69,13 @@ def _place(row: dict[str, object]) -> str:
     return f"district {row['district']!r} in {row['city']} ({row['rows']})"
 
 
-def unpriced_types(requests: pl.DataFrame, table: BenchmarkTable) -> tuple[str, str] | None:
-    """The summary's note on the rows of `requests` whose place has a benchmark, but one whose
-    deeds, scaled to the row's type, would not describe the type's market (see
-    `benchmarks.CREDIBLE_BAND`): a district scored against its city's benchmark, or a city
-    without one for the type. None when there are none. (Places the tables do not know are
-    `unmatched_places`'.)"""
-    places = (
-        requests.filter(pl.col("city").is_not_null(), pl.col("type").is_not_null())
-        .group_by("city", "district", "type")
-        .agg(rows=pl.len())
-    )
+def unpriced_types(kinds: pl.DataFrame, table: BenchmarkTable) -> tuple[str, str] | None:
+    """The note on the rows counted in `kinds` (city, district, type, rows) whose place has a
+    benchmark, but one whose deeds, scaled to the row's type, would not describe the type's
+    market (see `benchmarks.CREDIBLE_BAND`): a district scored against its city's benchmark,
+    or a city without one for the type. None when there are none. (Places the tables do not
+    know are `unmatched_places`'.)"""
+    places = kinds.filter(pl.col("type").is_not_null())
     if places.is_empty():
         return None
     typed = attach_benchmarks(places, table)
