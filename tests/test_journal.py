@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from pipeline.batch.job_files import results_folder
+from pipeline.batch.journal import Journal
 from pipeline.cli import main
 from pipeline.io.read import read_table
 
@@ -1673,3 +1674,20 @@ def test_a_job_whose_first_run_paid_nothing_was_not_scored_before(tmp_path, monk
     assert main(argv) == 0
     said = json.loads(capsys.readouterr().out)["notes"].get("Run journal", "")
     assert "scored before" not in said
+
+
+def test_fresh_forgets_the_answers_not_the_verdict_history(tmp_path, capsys):
+    """QA 41: with a journal named by --journal, --fresh deleted the verdict history with the
+    answers: the run listed no changed verdicts and said the job was new."""
+    import json
+
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    capsys.readouterr()
+    assert job.score(SAMPLE / "portfolio.csv", "--fresh", "--json") == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert "(--fresh)" in notes["Run journal"]
+    journal = Journal(Path(job.journal))
+    assert journal.verdicts_path.exists() and not journal.previous_verdicts().is_empty()
+    journal.close()
+    assert job.charged() == 2 * DISTINCT_VALID

@@ -942,12 +942,16 @@ class Journal:
         return results, rejects
 
     def reset(self) -> None:
-        """--fresh: forget every answer (charges already made stay in the ledger)."""
+        """--fresh: forget every answer (charges already made stay in the ledger). The verdict
+        history is no answer: kept, as a default journal's is (it lives beside the journal),
+        so the run lists the verdicts that changed, and says the job was scored before."""
         self.flush()
         self._db.execute("DELETE FROM meta WHERE name IN ('last_run', 'workspace')")
         self._db.execute("DELETE FROM batches")
+        history = {self.verdicts_path, self._pending_verdicts}
         for stale in self.files.glob("*.parquet"):
-            stale.unlink()
+            if stale not in history:
+                stale.unlink()
 
 
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
