@@ -10,6 +10,8 @@ before paying, or know which verdicts stand on less.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks
@@ -50,17 +52,24 @@ def unmatched_places(kinds: pl.DataFrame, table: BenchmarkTable) -> tuple[str, s
         .group_by("city", "district", "level")
         .agg(pl.col("rows").sum())
     )
-    missing = missing.sort(["rows", "city", "district"], descending=[True, False, False])
-    named = [_place(row) for row in missing.head(SHOWN).iter_rows(named=True)]
-    more = missing.height - SHOWN
-    listed = "; ".join(named) + (f"; and {more} more place(s)" if more > 0 else "")
-    rows = int(missing["rows"].sum())
+    listed = _listed(missing, ["city", "district"], _place, "more place(s)")
     return (
         NOTE,
-        f"{rows} row(s): {listed}. A district not found is scored against its city's "
-        "benchmark; a city not found has none (a neutral price score, the size compared "
-        "with the national average): check the spelling",
+        f"{listed}. A district not found is scored against its city's benchmark; a city not "
+        "found has none (a neutral price score, the size compared with the national average): "
+        "check the spelling",
     )
+
+
+def _listed(
+    found: pl.DataFrame, order: list[str], name: Callable[[dict[str, object]], str], more: str
+) -> str:
+    """'N row(s): the SHOWN places with most rows, named; and K more'."""
+    found = found.sort(["rows", *order], descending=[True] + [False] * len(order))
+    named = [name(row) for row in found.head(SHOWN).iter_rows(named=True)]
+    left = found.height - SHOWN
+    listed = "; ".join(named) + (f"; and {left} {more}" if left > 0 else "")
+    return f"{int(found['rows'].sum())} row(s): {listed}"
 
 
 def _place(row: dict[str, object]) -> str:
@@ -90,15 +99,12 @@ def unpriced_types(kinds: pl.DataFrame, table: BenchmarkTable) -> tuple[str, str
     )
     if found.is_empty():
         return None
-    found = found.sort(["rows", "city", "district", "type"], descending=[True, False, False, False])
-    named = [_typed_place(row) for row in found.head(SHOWN).iter_rows(named=True)]
-    more = found.height - SHOWN
-    listed = "; ".join(named) + (f"; and {more} more" if more > 0 else "")
+    listed = _listed(found, ["city", "district", "type"], _typed_place, "more")
     return (
         TYPES_NOTE,
-        f"{int(found['rows'].sum())} row(s): {listed}. Scaled to the type, the recorded sales "
-        "there would not describe its market: a district is scored against its city's "
-        "benchmark, a city has none for the type (a neutral price score)",
+        f"{listed}. Scaled to the type, the recorded sales there would not describe its market: "
+        "a district is scored against its city's benchmark, a city has none for the type (a "
+        "neutral price score)",
     )
 
 
