@@ -49,6 +49,7 @@ from typing import TypeVar
 import polars as pl
 
 from pipeline.batch.columns import MAPPED_FIELDS, ColumnMap
+from pipeline.engine.names import BIDI_CONTROLS
 from pipeline.engine.schema import REQUEST_SCHEMA
 
 __all__ = [
@@ -94,10 +95,8 @@ BOOLEAN_WORDS: dict[bool, tuple[str, ...]] = {
 GROUND_FLOOR = ("ground", "ground floor", "g", "gf", "أرضي", "الأرضي", "الدور الأرضي")
 
 _INVISIBLE_CHARS = [
-    *map(chr, range(0x200B, 0x2010)),  # zero-width space/joiners, LRM, RLM
-    *map(chr, range(0x202A, 0x202F)),  # bidi embeddings and overrides
-    *map(chr, range(0x2066, 0x206A)),  # bidi isolates
-    "\u061c",  # Arabic letter mark
+    *map(chr, range(0x200B, 0x200E)),  # zero-width space and joiners
+    *BIDI_CONTROLS,  # LRM, RLM, the Arabic letter mark, embeddings, overrides, isolates
     "\ufeff",  # BOM / zero-width no-break space
 ]
 _INVISIBLE = "[" + "".join(_INVISIBLE_CHARS) + "]"

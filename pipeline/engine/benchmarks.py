@@ -190,10 +190,8 @@ def _output_exprs() -> list[pl.Expr]:
     # District figures describe the district: they apply only on its own benchmark (a row on
     # its city's benchmark takes the city's), like the type factor, which describes the
     # benchmark's mix. A district whose benchmark, scaled to the type, cannot describe the
-    # type's market is on its city's benchmark too; a city's that cannot gives the type no
-    # percentiles there (see CREDIBLE_BAND).
-    # A district is judged by its own average only: one dearer or cheaper than its city is
-    # not wrong for differing from the city's.
+    # type's market (judged by its own average only, never its city's) is on its city's
+    # benchmark too; a city's that cannot gives the type no percentiles (see CREDIBLE_BAND).
     on_district = has_district & _credible("d_median_sqm", district_factor, pl.col("m_district"))
     priced_city = has_city & _credible("c_median_sqm", city_factor, pl.col("m_city"))
     priced = on_district | priced_city

@@ -36,15 +36,18 @@ import unicodedata
 
 import polars as pl
 
-# Tatweel, Arabic letter mark, zero-width characters, bidi controls, BOM, control characters
-# (NUL... pasted from other systems) and the Hangul fillers (letters to Unicode, blank on screen).
-_INVISIBLE = "\u0640\u061c\ufeff\u115f\u1160\u3164\uffa0\x7f" + "".join(
-    chr(c)
-    for c in [
-        *range(0x00, 0x09), *range(0x0E, 0x1C), *range(0x200B, 0x2010), *range(0x202A, 0x202F),
-        *range(0x2066, 0x206A),
-    ]
-)  # fmt: skip
+# The marks of Unicode's bidirectional algorithm: LRM, RLM, the Arabic letter mark, and the
+# embeddings, overrides and isolates. Invisible, and able to reorder the text around them.
+BIDI_CONTROLS = "\u200e\u200f\u061c" + "".join(
+    chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+)
+# Tatweel, zero-width characters, bidi controls, BOM, control characters (NUL... pasted from
+# other systems) and the Hangul fillers (letters to Unicode, blank on screen).
+_INVISIBLE = (
+    "\u0640\ufeff\u115f\u1160\u3164\uffa0\x7f"
+    + BIDI_CONTROLS
+    + "".join(chr(c) for c in [*range(0x00, 0x09), *range(0x0E, 0x1C), *range(0x200B, 0x200E)])
+)
 
 _FOLD: dict[str, str] = {
     "\u0671": "\u0627",  # alef wasla -> alef (أ إ آ are handled by NFKD + mark removal)

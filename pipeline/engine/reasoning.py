@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipeline.engine.aliases import english_name
+from pipeline.engine.names import BIDI_CONTROLS
 from pipeline.engine.scoring import AREA_RANGE, type_adjusted_row
 
 THIN_MARKET_DEEDS = 100
@@ -105,8 +106,7 @@ def _as_written(text: str | None) -> str:
     return " ".join(_DIRECTION_MARKS.sub("", text or "").split())
 
 
-# LRM, RLM, ALM and the embeddings, overrides and isolates of Unicode's bidirectional algorithm
-_DIRECTION_MARKS = re.compile("[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]")
+_DIRECTION_MARKS = re.compile(f"[{BIDI_CONTROLS}]")
 
 
 def _official_ar(name: str) -> str:
