@@ -215,6 +215,20 @@ def test_config_file_not_found(tmp_path: Path) -> None:
         ("Price (MSAR)", "price"),
         ("Price (SARm)", "price"),
         ("Area (sf)", "area"),
+        # a price of the metre (land is quoted so) or of a period (a rent): not the sale price
+        ("Price (m²)", "price"),
+        ("Price (sqm)", "price"),
+        ("السعر (م²)", "price"),
+        ("السعر (المتر)", "price"),
+        ("Price (monthly)", "price"),
+        ("السعر (سنوي)", "price"),
+        ("Price (annual rent)", "price"),
+        # a currency sign outside brackets, which header_key drops as punctuation
+        ("Price $", "price"),
+        ("$ Price", "price"),
+        ("Price €", "price"),
+        ("السعر $", "price"),
+        ("Price - $", "price"),
     ],
 )
 def test_a_header_in_another_unit_is_not_taken(header: str, field: str) -> None:

@@ -92,7 +92,11 @@ def test_price(cell: str | None, expected: float | None) -> None:
         ("120 م٢", 120.0),
         ("200 متر مربع", 200.0),
         ("1,200", 1200.0),
-        ("140.125", 140.125),  # an area may have three decimals (a surveyed plot)
+        ("140.1", 140.1),
+        ("140.12", 140.12),
+        ("1.250", None),  # 1,250 m2 from a European-style export, or 1.25: neither is guessed
+        ("140.125", None),  # the same reading: 140 m2 and a bit, or 140,125 m2 of land
+        ("1,140.125", 1140.125),  # grouped: the dot can only be the decimal point
         ("-5", -5.0),
         ("120 sqft", None),  # another unit: not silently read as m2
         ("120 m", 120.0),
@@ -314,7 +318,7 @@ def test_arabic_digits_and_separators_read_as_their_ascii_form(
     ascii_form = f"{value:,.{places}f}"
     plain = ascii_form.replace(",", "")
     # A price like 950.000 reads two ways (see DOTTED_THOUSANDS), however its digits are written
-    two_ways = name == "price" and re.fullmatch(DOTTED_THOUSANDS, plain) is not None
+    two_ways = name in ("price", "area") and re.fullmatch(DOTTED_THOUSANDS, plain) is not None
     expected = None if two_ways else float(plain)
     assert column(name, [arabic(ascii_form)]) == column(name, [plain]) == [expected]
 

@@ -86,6 +86,10 @@ _OTHER_UNITS: dict[str, tuple[str, ...]] = {
         "mn", "mm", "mil", "million", "millions", "msar", "sarm", "sar m", "sar k", "bn",
         "billion", "الف", "بالالف", "الاف", "بالاف", "مليون", "بالمليون", "ملايين", "دولار",
         "بالدولار", "درهم",
+        # a price of the metre or of a period (a rent), not the sale price
+        "m2", "sqm", "sq m", "meter", "metre", "square meter", "square metre", "م2", "م", "متر",
+        "المتر", "بالمتر", "متر مربع", "month", "monthly", "annual", "annually", "yearly",
+        "year", "rent", "rental", "شهري", "شهريا", "سنوي", "سنويا", "ايجار", "الايجار",
     ),
     "area": (
         "ft", "ft2", "feet", "foot", "sf", "sqf", "sqft", "sq ft", "square feet",
@@ -95,10 +99,13 @@ _OTHER_UNITS: dict[str, tuple[str, ...]] = {
     "age": ("month", "months", "mo", "days", "day", "شهر", "اشهر", "بالاشهر", "يوم", "ايام"),
 }  # fmt: skip
 _PRICE_SCALE = re.compile(r"[$€£]|000")  # a currency sign, or thousands ("SAR '000", "x1,000")
+_CURRENCY_SIGN = re.compile(r"[$€£¥₹]")
 
 
 def other_unit(header: str, name: str) -> str | None:
-    """The bracketed part of ``header`` that names another unit than field ``name``'s, if any."""
+    """The part of ``header`` that names another unit than field ``name``'s, if any: a
+    bracketed part, or for price a currency sign anywhere ("Price $", which header_key reads
+    as "price")."""
     words = _OTHER_UNITS.get(name, ())
     for part in _BRACKETED.findall(header):
         key = f" {header_key(part)} "
@@ -106,6 +113,8 @@ def other_unit(header: str, name: str) -> str | None:
             f" {word} " in key for word in words
         ):
             return part
+    if name == "price" and (sign := _CURRENCY_SIGN.search(header)):
+        return sign.group()
     return None
 
 
@@ -282,7 +291,7 @@ def _unit_note(headers: list[str], name: str, aliases: tuple[str, ...]) -> str:
     return ""
 
 
-_UNITS = {"price": "SAR", "area": "m2", "age": "years"}
+_UNITS = {"price": "SAR, the whole sale price", "area": "m2", "age": "years"}
 
 
 def _loose_match(header: str, by_key: Mapping[str, str]) -> str | None:
