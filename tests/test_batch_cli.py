@@ -284,6 +284,24 @@ def test_a_missing_input_file_is_a_usage_error(tmp_path, db, capsys):
     assert balance(db) == 5000
 
 
+def test_an_input_file_that_cannot_be_read_is_a_usage_error(tmp_path, db, capsys, monkeypatch):
+    source = tmp_path / "listings.csv"
+    source.write_text("type,price,area,city\nvilla,2500000,400,Riyadh\n", encoding="utf-8")
+    opened = Path.open
+
+    def refused(path, *args, **kwargs):  # the OS's answer to a file without read permission
+        if path == source:  # (chmod cannot take it away from root, who runs CI)
+            raise PermissionError(13, "Permission denied", str(path))
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refused)
+    assert score(db, str(source), "-o", str(tmp_path / "x.csv")) == 2
+    assert (
+        capsys.readouterr().err.strip().endswith("listings.csv: cannot be read (Permission denied)")
+    )
+    assert balance(db) == 5000
+
+
 def test_an_ods_renamed_xlsx_is_refused_in_the_analysts_words(tmp_path, db, capsys):
     source = tmp_path / "portfolio.xlsx"  # LibreOffice's .ods, renamed
     with zipfile.ZipFile(source, "w") as archive:

@@ -188,6 +188,36 @@ def test_invalid_utf8_after_the_sniffed_start_falls_back_to_cp1256(tmp_path: Pat
     assert result.frame["city"][-1] == "الرياض"
 
 
+ASCII_START = b"city,price,note\n" + b"Riyadh,1,plain\n" * 20_000  # past the sniffed bytes
+
+
+def test_windows_1256_past_the_start_is_read_as_such_when_a_stray_quote_follows(
+    tmp_path: Path,
+) -> None:
+    # polars stops at the quote before it meets the bytes that are not UTF-8: the file was
+    # read leniently as UTF-8 and its Arabic written back as replacement characters
+    arabic = "الرياض,2,ملاحظة مهمة\n".encode("cp1256")
+    data = ASCII_START + arabic + b'Riyadh,3,TV 55" included\n'
+    result = read_table_with_info(write(tmp_path, "x.csv", data))
+    assert result.encoding == "cp1256"
+    assert result.frame.row(-2) == ("الرياض", "2", "ملاحظة مهمة")
+    assert result.frame.row(-1) == ("Riyadh", "3", 'TV 55" included')
+
+
+def test_a_long_row_in_windows_1256_past_the_start_is_named(tmp_path: Path) -> None:
+    data = ASCII_START + "الرياض,2,ملاحظة,EXTRA\n".encode("cp1256")
+    path = write(tmp_path, "x.csv", data)
+    with pytest.raises(InputError, match=r"row 20001 \(line 20002\) has 4 fields"):
+        read_table(path)
+
+
+def test_a_file_named_utf8_that_is_not_is_refused_not_garbled(tmp_path: Path) -> None:
+    data = ASCII_START + "الرياض,2,ملاحظة\n".encode("cp1256") + b'Riyadh,3,TV 55" x\n'
+    path = write(tmp_path, "x.csv", data)
+    with pytest.raises(InputError, match=r"is not valid UTF-8 text \(byte [0-9]+, line 20002\)"):
+        read_table(path, encoding="utf-8")
+
+
 @pytest.mark.parametrize(
     ("content", "said"),
     [

@@ -100,22 +100,21 @@ def read_csv(
         raw = _polars_read(source, separator, skip)
     except pl.exceptions.ComputeError as exc:
         named_utf = encoding is not None and _codec_name(path, encoding).startswith("utf")
-        if "utf-8" in str(exc).lower() and isinstance(source, Path) and not named_utf:
-            # Valid UTF-8 at the start, invalid later: decide on the whole file.
-            content = path.read_bytes()
+        refused: pl.exceptions.ComputeError | None = exc
+        if (
+            isinstance(source, Path)
+            and not named_utf
+            and not _is_utf8(content := path.read_bytes())
+        ):
+            # Valid UTF-8 at the start, invalid later (polars may have stopped at something
+            # else first, a stray quote): decide on the whole file.
             if encoding is None:
                 codec = _detect_encoding(path, content)
                 data = _decode(path, content, codec)
             else:
                 codec, data, overridden = _named_with_utf8(path, content, encoding)
-            raw = _polars_read(data.encode("utf-8"), separator, skip)
-        elif "malformed" in str(exc).lower() or "could not parse" in str(exc).lower():
-            # A quote inside an unquoted value (`TV 55" included`): Excel reads it as a quote
-            # mark, polars refuses the file. The csv module reads it as Excel does, and still
-            # refuses what is really broken (a quote never closed), naming the line.
-            raw = _lenient_read(path, source, separator, skip)
-        else:
-            raise _translate(path, exc, separator, source, skip) from exc
+            source, refused = data.encode("utf-8"), None
+        raw = _read_refused(path, source, separator, skip, refused)
 
     if raw.height == 0:
         raise InputError(f"{path}: has no header row (the first line names the columns)")
@@ -244,6 +243,37 @@ def _polars_read(source: Path | bytes, separator: str, skip: int) -> pl.DataFram
         return pl.DataFrame()
 
 
+def _read_refused(
+    path: Path,
+    source: Path | bytes,
+    separator: str,
+    skip: int,
+    refused: pl.exceptions.ComputeError | None,
+) -> pl.DataFrame:
+    """The table polars refused (`refused`; None: read it again, it may not refuse), read
+    leniently where Excel would read it, or InputError saying why it cannot be."""
+    try:
+        if refused is not None:
+            raise refused
+        return _polars_read(source, separator, skip)
+    except pl.exceptions.ComputeError as exc:
+        message = str(exc).lower()
+        if "malformed" in message or "could not parse" in message:
+            # A quote inside an unquoted value (`TV 55" included`): Excel reads it as a quote
+            # mark, polars refuses the file. The csv module reads it as Excel does, and still
+            # refuses what is really broken (a quote never closed), naming the line.
+            return _lenient_read(path, source, separator, skip)
+        raise _translate(path, exc, separator, source, skip) from exc
+
+
+def _is_utf8(content: bytes) -> bool:
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _lenient_read(path: Path, source: Path | bytes, separator: str, skip: int) -> pl.DataFrame:
     """The table read with the csv module (error path only): cells as text, empty ones null."""
     text = _text_of(source)
@@ -310,7 +340,13 @@ def _quote_opened_on(text: str, first: int, last: int, separator: str) -> int:
 def _text_of(source: Path | bytes) -> str:
     """The text as it is: line ends untouched (a CRLF inside a quoted cell stays one)."""
     if isinstance(source, Path):
-        return source.read_bytes().decode("utf-8-sig", errors="replace")
+        content = source.read_bytes()
+        try:
+            return content.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:  # named UTF-8 by --encoding, and it is not
+            raise InputError(
+                f"{source}: is not valid UTF-8 text ({_where(content, exc.start)}); {ENCODING_HINT}"
+            ) from None
     return source.decode("utf-8")
 
 

@@ -91,14 +91,17 @@ def read_table_with_info(
     """
     path = Path(path)
     kind = _kind_for(path)
-    if kind == "csv":
-        headers, frame, details = csv_reader.read_csv(path, encoding=encoding)
-    elif kind == "xlsx":
-        from pipeline.io import xlsx_reader  # its imports (10 ms) only for a workbook
+    try:
+        if kind == "csv":
+            headers, frame, details = csv_reader.read_csv(path, encoding=encoding)
+        elif kind == "xlsx":
+            from pipeline.io import xlsx_reader  # its imports (10 ms) only for a workbook
 
-        headers, frame, details = xlsx_reader.read_xlsx(path, sheet=sheet)
-    else:
-        headers, frame, details = parquet_reader.read_parquet(path)
+            headers, frame, details = xlsx_reader.read_xlsx(path, sheet=sheet)
+        else:
+            headers, frame, details = parquet_reader.read_parquet(path)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
     frame, renamed = finish_frame(headers, frame)
     if frame.width == 0:
         raise InputError(f"{path}: has no header row (the first non-empty row names the columns)")
@@ -117,6 +120,11 @@ def check_input(path: Path) -> str:
     return _kind_for(Path(path))
 
 
+def _unreadable(path: Path, exc: OSError) -> InputError:
+    """A file that is there but cannot be read (permissions, a disk error)."""
+    return InputError(f"{path}: cannot be read ({exc.strerror or exc})")
+
+
 def _kind_for(path: Path) -> str:
     """The reader for ``path``, after checking that the file exists and its bytes agree."""
     if not path.exists():
@@ -126,10 +134,13 @@ def _kind_for(path: Path) -> str:
     size = path.stat().st_size
     if size == 0:
         raise InputError(f"{path}: the file is empty")
-    with path.open("rb") as fh:
-        head = fh.read(HEAD_BYTES)
-        fh.seek(max(size - 4, 0))
-        tail = fh.read(4)
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(HEAD_BYTES)
+            fh.seek(max(size - 4, 0))
+            tail = fh.read(4)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
     looks_like = _describe(head, tail)
     ext = path.suffix.lower()
 
