@@ -150,6 +150,10 @@ def test_other_numbers(name: str, cell: str, expected: float | None) -> None:
         ("house", "villa"),
         ("Duplex", "villa"),
         ("دوبلكس", "villa"),
+        ("فيلة", "villa"),  # the common spellings with a final ta marbuta or ha
+        ("فيله", "villa"),
+        ("فلة", "villa"),
+        ("دبلكس", "villa"),
         ("أرض", "land"),
         ("ارض", "land"),
         ("إرض", "land"),

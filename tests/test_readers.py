@@ -125,6 +125,11 @@ def test_trailing_empty_column_is_dropped(tmp_path: Path) -> None:
     assert frame.columns == ["a", "b"]
 
 
+def test_a_dos_end_of_file_mark_is_no_row(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.csv", b"city,price\r\nRiyadh,1\r\n\x1a")
+    assert_text_frame(read_table(path), {"city": ["Riyadh"], "price": ["1"]})
+
+
 def test_header_only_file_has_no_rows(tmp_path: Path) -> None:
     frame = read_table(write(tmp_path, "x.csv", b"price,area\n"))
     assert frame.columns == ["price", "area"]
@@ -671,6 +676,19 @@ def test_parquet_nested_column_refused(tmp_path: Path) -> None:
     pl.DataFrame({"a": [[1, 2]]}).write_parquet(path)
     with pytest.raises(InputError, match="'a' hold lists or structs"):
         read_table(path)
+
+
+def test_parquet_columns_of_one_name_are_read_as_a_csvs_repeated_headers(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "x.parquet"
+    arrays = [pa.array(["Riyadh"]), pa.array([400]), pa.array(["x"]), pa.array(["y"])]
+    pq.write_table(pa.Table.from_arrays(arrays, names=["city", "area", "note", "note"]), path)
+    result = read_table_with_info(path)
+    assert result.frame.columns == ["city", "area", "note", "note_2"]
+    assert result.frame.row(0) == ("Riyadh", "400", "x", "y")
+    assert result.renamed_headers == {"note_2": "note"}
 
 
 # --- Dispatch and content checks ----------------------------------------------------------

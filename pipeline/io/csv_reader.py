@@ -116,6 +116,12 @@ def read_csv(
             source, refused = data.encode("utf-8"), None
         raw = _read_refused(path, source, separator, skip, refused)
 
+    if (
+        raw.height > 1
+        and raw.row(-1)[0] == _DOS_END_OF_FILE
+        and raw.row(-1).count(None) == raw.width - 1
+    ):
+        raw = raw.slice(0, raw.height - 1)  # the end-of-file mark old DOS programs end text with
     if raw.height == 0:
         raise InputError(f"{path}: has no header row (the first line names the columns)")
     headers = list(raw.row(0))
@@ -219,6 +225,9 @@ def _cells_with_rows(
                 )
             line += lines
     return found
+
+
+_DOS_END_OF_FILE = "\x1a"  # Ctrl-Z
 
 
 def _old_mac_lines(head: bytes | str) -> bool:

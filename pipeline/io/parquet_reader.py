@@ -24,24 +24,43 @@ def read_parquet(path: Path) -> tuple[list[str | None], pl.DataFrame, dict[str, 
     """The column names, the rows as text (positional column names) and nothing else to say."""
     try:
         frame = pl.read_parquet(path)
+        headers: list[str | None] = list(frame.columns)
+    except pl.exceptions.DuplicateError:
+        headers, frame = _with_repeated_names(path)
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise InputError(f"{path}: cannot be read as Parquet ({_first_line(exc)})") from exc
-    nested = [name for name, dtype in frame.schema.items() if dtype.is_nested()]
+    nested = [name for name, s in zip(headers, frame, strict=True) if s.dtype.is_nested()]
     if nested:
         raise InputError(
             f"{path}: column(s) {', '.join(repr(n) for n in nested)} hold lists or structs; "
             "only flat columns can be read"
         )
-    headers: list[str | None] = list(frame.columns)
     texts = []
-    for i, name in enumerate(frame.columns):
+    for i, name in enumerate(headers):
         try:
-            texts.append(as_text(frame.get_column(name)).alias(f"c{i}"))
+            texts.append(as_text(frame.to_series(i)).alias(f"c{i}"))
         except pl.exceptions.PolarsError as exc:  # e.g. a binary column that is not UTF-8
             raise InputError(
                 f"{path}: column {name!r} cannot be read as text ({_first_line(exc)})"
             ) from exc
     return headers, pl.DataFrame(texts), {}
+
+
+def _with_repeated_names(path: Path) -> tuple[list[str | None], pl.DataFrame]:
+    """The names and columns (by position) of a file with two columns of one name (pyarrow
+    writes them, polars refuses them), which are read as `note`, `note_2` as a CSV's or a
+    workbook's repeated headers are."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(path).read()
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(f"{path}: cannot be read as Parquet ({_first_line(exc)})") from exc
+    names: list[str | None] = list(table.column_names)
+    frame = pl.from_arrow(table.rename_columns([f"c{i}" for i in range(len(names))]))
+    assert isinstance(frame, pl.DataFrame)
+    return names, frame
 
 
 def as_text(column: pl.Series) -> pl.Series:
