@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import zipfile
 from contextlib import closing
@@ -137,6 +138,21 @@ def test_budget_caps_spending_and_the_rest_is_skipped(tmp_path, db):
     assert skipped.height > 0
     assert set(skipped["error_code"]) == {"budget_exhausted"}
     assert "run the same command again" in skipped["error_message"][0]
+
+
+def test_reserve_leaves_its_decisions_in_the_balance(tmp_path, db, capsys):
+    out = tmp_path / "scored.parquet"
+    source = str(SAMPLE / "portfolio.csv")
+    assert score(db, source, "-o", str(out), "--reserve", "4900", "--dry-run") == 0
+    plan = capsys.readouterr().out
+    assert re.search(r"\n  Reserve \(left in the balance\) +4,900\n", plan), plan
+    assert score(db, source, "-o", str(out), "--reserve", "4900") == 3
+    frame = pl.read_parquet(out)
+    assert frame["decisions_used"].sum() == 100
+    assert balance(db) == 4900
+    skipped = frame.filter(pl.col("status") == "skipped")
+    assert set(skipped["error_code"]) == {"insufficient_decisions"}
+    assert "the workspace balance (4900) is down to --reserve 4900" in skipped["error_message"][0]
 
 
 def test_a_short_balance_stops_at_what_it_can_pay(tmp_path, capsys):
@@ -913,14 +929,17 @@ def test_numbers_that_read_two_ways_are_rejected_saying_why_not_scored(tmp_path,
         "1;Riyadh;Al Malqa;apartment;950.000;140\n"  # 950 SAR, or 950,000?
         "2;Riyadh;Al Malqa;villa;1.250.000,00;400\n"
         "3;Riyadh;Al Malqa;villa;3200000;400,5\n"
-        "4;Riyadh;Al Malqa;villa;3200000;400.125\n"
-        "5;Riyadh;Al Malqa;apartment;٩٥٠٫٠٠٠;140\n",  # Arabic digits read two ways too
+        "4;Riyadh;Al Malqa;villa;3200000;1400.125\n"  # a surveyed plot: no other reading
+        "5;Riyadh;Al Malqa;apartment;٩٥٠٫٠٠٠;140\n"  # Arabic digits read two ways too
+        "6;Riyadh;Al Malqa;villa;3200000;1.250\n",  # 1,250 m2, or 1.25?
         encoding="utf-8",
     )
     out = tmp_path / "out.csv"
     assert score(db, str(source), "-o", str(out)) == 0
     frame = pl.read_csv(out, infer_schema=False)
-    assert frame["status"].to_list() == ["rejected", "rejected", "rejected", "scored", "rejected"]
+    assert frame["status"].to_list() == [
+        "rejected", "rejected", "rejected", "scored", "rejected", "rejected"
+    ]  # fmt: skip
     for message in frame.filter(pl.col("status") == "rejected")["error_message"]:
         assert "with '.' for decimals and ',' (or nothing) between thousands" in message
     assert frame["error_message"][0].startswith("row 1 (sheet row 2), column 'price': '950.000': ")

@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -456,6 +456,12 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
                 )
             workspace = owner  # the summary names the workspace that pays
     else:
+        if args.reserve < 0:
+            raise UsageError("--reserve must be 0 or more decisions")
+        if args.concurrency is not None:
+            print("decisions: warning: --concurrency applies to a decision service (--api-url);"
+                  " the embedded engine scores a batch at a time", file=sys.stderr)  # fmt: skip
+        options = replace(options, reserve=args.reserve)  # kept by the run against the ledger
         scorer, workspace = _embedded_scorer(args, settings)
         target = f"{scorer.version}:{scorer.ledger.path.resolve()}:{workspace}"
         # which ledger paid: asked of another one, a charged batch would read as never charged

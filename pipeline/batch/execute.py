@@ -263,7 +263,8 @@ class Executor:
             reason = (SKIPPED_BUDGET, budget_spent(self.budget.in_doubt))
         else:  # what is left once the rows sent are paid, not what there was before them
             left = None if balance is None else balance - int(costs.head(rows).sum())
-            reason = (SKIPPED_BALANCE, f"the workspace balance ({left}) is spent")
+            spent = f"is down to --reserve {self.reserve}" if self.reserve else "is spent"
+            reason = (SKIPPED_BALANCE, f"the workspace balance ({left}) {spent}")
         return batch.head(rows), reason
 
     def _doubt_groups(

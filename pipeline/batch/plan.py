@@ -31,6 +31,7 @@ class Plan:
     borderline_worst_case: int | None
     balance: int | None
     budget: int | None
+    reserve: int = 0  # left in the balance (--reserve)
     # rows in doubt cost nothing if their first send was charged (replayed), their cost if it
     # never arrived: the plan cannot tell which, so it says how much at most
     in_doubt_decisions: int = 0
@@ -73,6 +74,8 @@ class Plan:
             ("Budget", "none" if self.budget is None else self.budget),
             ("Balance", "unknown" if self.balance is None else self.balance),
         ]
+        if self.reserve:
+            rows.append(("Reserve (left in the balance)", self.reserve))
         return rows + list(self.read_as.items())
 
 
@@ -127,6 +130,7 @@ def make_plan(
         borderline_worst_case=worst,
         balance=scorer.balance(),
         budget=options.budget,
+        reserve=options.reserve,
         read_as=dict(prepared.notes),
         in_doubt_decisions=in_doubt_cost,
     )

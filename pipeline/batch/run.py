@@ -382,7 +382,7 @@ def run_batch(
         journal.remember_scorer(scorer.version)
     balance_before = scorer.balance()
     budget = Budget(options.budget)
-    executor = Executor(scorer, journal, budget)
+    executor = Executor(scorer, journal, budget, reserve=options.reserve)
     if resuming and journal is not None:
         executor.resumed_since = journal.open_run_since()
         if executor.resumed_since is None:  # begun by a version that did not record it
