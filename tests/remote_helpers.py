@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 
 # (idempotency key, attempt number of that key from 1) -> action:
-#   "pass", "429" (before forwarding: not charged), "500" / "503" / "drop" (after the charge)
+#   "pass", "429" (before forwarding: not charged), "500" / "503" / "drop" (after the charge),
+#   "text score" / "fractional score" (the answer's score as text, or plus 0.6: after it)
 Decide = Callable[[str, int], str]
 
 
@@ -81,6 +82,12 @@ class FaultProxy:
             return False
         if action in ("500", "503"):
             _write(writer, int(action), {"error": "internal_error", "message": "injected"})
+            return True
+        if action in ("text score", "fractional score"):
+            decision = json.loads(answer.content)
+            score = decision["score"]
+            decision["score"] = str(score) if action == "text score" else score + 0.6
+            _write(writer, answer.status_code, decision)
             return True
         retry_after = answer.headers.get("retry-after")
         replayed = answer.headers.get("idempotent-replayed")

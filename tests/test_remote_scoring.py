@@ -33,6 +33,7 @@ from pipeline.engine.engine import Engine
 from pipeline.errors import InsufficientDecisions, UsageError
 from pipeline.ledger.base import ChargeRequest
 from pipeline.ledger.sqlite import SqliteLedger
+from pipeline.service.limits import ConnectionLimits
 from pipeline.settings import Settings
 from tests.remote_helpers import charges_by_key, running_proxy
 from tests.test_service_fixtures import Service, running_service
@@ -146,6 +147,61 @@ def test_faults_after_the_charge_never_charge_twice(tmp_path, service, small):
     assert service.balance() == 10_000 - paid
     assert outcome.results["decisions_used"].sum() == paid
     assert outcome.summary.decisions_spent == paid  # a retry's replay was paid by this run
+
+
+def test_a_run_past_the_services_connection_limit_waits_for_connections(tmp_path, engine, small):
+    # Turned away (503 too_many_connections) before the request is read: never charged, so
+    # neither in doubt nor a reason to stop the run; the run takes fewer connections instead.
+    limits = ConnectionLimits(max_connections=3)
+    with running_service(tmp_path, engine, balance=10_000, limits=limits) as service:
+        scorer = remote(service.url, service.key, concurrency=16)
+        outcome = score_remote(scorer, tmp_path / "out.parquet", source=small)
+        assert outcome.exit_code == 0
+        assert set(outcome.results["status"]) <= {"scored", "rejected"}
+        assert PERHAPS_CHARGED not in dict(outcome.summary.notes)
+        assert scorer._slots.limit < 16  # fewer slots than --concurrency after the refusals
+        charges = charges_by_key(service.ledger.entries("acme"))
+        assert len(charges) == paid_rows(outcome) and set(charges.values()) == {1}
+        assert service.balance() == 10_000 - paid_rows(outcome)
+
+
+def test_an_answer_whose_score_is_not_a_number_fails_its_row_not_the_run(
+    tmp_path, service, small, engine
+):
+    spoiled: set[str] = set()  # the first answer of five requests: "score": "75"
+
+    def decide(key: str, attempt: int) -> str:
+        if attempt == 1 and (key in spoiled or len(spoiled) < 5):
+            spoiled.add(key)
+            return "text score"
+        return "fractional score"
+
+    journal_path, out = tmp_path / "run.journal", tmp_path / "out.parquet"
+    with running_proxy(service.url, decide) as proxy:
+        first = score_remote(
+            remote(proxy.url, service.key), out, journal=Journal(journal_path), source=small
+        )
+        assert first.exit_code == 1 and out.exists()  # the outputs written, a row each
+        failed = first.results.filter(pl.col("status") == "failed")
+        assert failed.height == 5 and set(failed["error_code"]) == {"invalid_response"}
+        charged = 10_000 - service.balance()
+        second = score_remote(
+            remote(proxy.url, service.key), out, journal=Journal(journal_path), source=small
+        )
+    assert second.exit_code == 0
+    assert 10_000 - service.balance() == charged  # the five replayed, not paid again
+    # a score with decimals (the spec allows them) is rounded, not cut: N + 0.6 reads N + 1
+    ledger = SqliteLedger(tmp_path / "embedded.db")
+    ledger.create_workspace("local", 10_000)
+    embedded = run_batch(
+        BatchOptions(input=small, outputs=[tmp_path / "embedded.parquet"]),
+        LocalScorer(engine, ledger, workspace="local", chunk_rows=1000),
+    )
+    assert isinstance(embedded, BatchOutcome)
+    assert second.results["score"].dtype == pl.Int64
+    assert (
+        second.results["score"] - embedded.results["score"]
+    ).drop_nulls().unique().to_list() == [1]
 
 
 def test_answers_lost_after_their_charge_count_against_the_budget(tmp_path, service, small):

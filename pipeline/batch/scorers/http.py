@@ -33,6 +33,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import math
 import re
 import time
 import uuid
@@ -60,8 +61,10 @@ from pipeline.batch.scorers.retry import (
     RetryPolicy,
     Sent,
     send_with_retry,
+    turned_away,
 )
 from pipeline.batch.scorers.sending import Answer, Sender, build_sender
+from pipeline.batch.scorers.slots import Slots
 from pipeline.batch.scorers.spend_gate import BudgetGone, Hold, SpendGate, Stop
 from pipeline.batch.scorers.transport import KeepAliveTransport
 from pipeline.engine.schema import BENCHMARK_FIELDS, LOCATION_FIELDS, PROPERTY_FIELDS
@@ -167,7 +170,7 @@ def _scored(request_id: int, body: dict[str, Any]) -> dict[str, Any]:
         row["reasoning_ar"] = reasoning["reasoning_ar"]
         row["key_factors"] = flat_list(reasoning["key_factors"])
         row["risk_flags"] = flat_list(reasoning["risk_flags"])
-    return row
+    return _typed(row)
 
 
 def _error_row(
@@ -184,13 +187,22 @@ def _error_row(
 
 
 def _typed(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's numbers as its columns' types: whole numbers rounded (a score of 75.6 is 76,
+    as the spec's score may have decimals and our columns do not); TypeError for a value that
+    is no finite number (`"score": "75.5"`), which makes the answer no decision body."""
     for name in _INT_COLUMNS.intersection(row):
         if row[name] is not None:
-            row[name] = int(row[name])
+            row[name] = math.floor(_number(row[name], name) + 0.5)
     for name in _FLOAT_COLUMNS.intersection(row):
         if row[name] is not None:
-            row[name] = float(row[name])
+            row[name] = _number(row[name], name)
     return row
+
+
+def _number(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"{name} is not a number")
+    return float(value)
 
 
 def _json(response: Answer) -> dict[str, Any]:
@@ -249,6 +261,7 @@ class HttpScorer:
         self._sender: Sender | None = None
         self._runner: asyncio.Runner | None = None
         self._pause = Pause()
+        self._slots = Slots(config.concurrency)
         self._gate = SpendGate(config.reserve, run_stop=lambda: self._stop, halt=self._halt)
         self._stop: Stop | None = None
         self._fatal: Stop | None = None  # survives across score() calls (401, bad URL)
@@ -468,12 +481,17 @@ class HttpScorer:
 
         async def send() -> Answer:
             await self._gate.hold_again(hold)  # after a 409
+            await self._slots.take()
             self.requests_sent += 1
             try:
                 answer = await sender(content, key)
             except BaseException:
                 self._gate.failed(hold)
                 raise
+            finally:
+                self._slots.give_back()
+            if turned_away(answer):
+                self._slots.fewer()
             self._gate.answered(hold, answer)
             return answer
 
@@ -552,10 +570,20 @@ class HttpScorer:
         if status == 422 and code == "validation_error":
             return _error_row(request_id, "rejected", code, message, field)
         if status in RETRY_STATUSES and self._stopped_for_money():
-            if status == 429 and attempts == sent.paced:
-                # Every attempt was refused 429: never charged, so it takes the run's stop.
+            if (status == 429 or turned_away(response)) and attempts == sent.paced:
+                # Every attempt was refused (429, or turned away): never charged, so it takes
+                # the run's stop.
                 return self._stop
             return self._cut_short(request_id, f"answered HTTP {status}")
+        if turned_away(response):
+            stop = Stop(
+                "failed",
+                "service_unavailable",
+                f"the service at {self.url} turned {attempts} connection(s) of this request away "
+                "(503 too_many_connections: it serves as many connections as it can), so the "
+                "run stopped; run the same command again later, or with a lower --concurrency",
+            )
+            return self._halt(stop, fatal=True)
         if status in UNAVAILABLE_STATUSES:
             # The service, or the proxy before it, says it cannot serve through every retry:
             # as when it cannot be reached, the run stops rather than each row left spending
@@ -605,7 +633,7 @@ class HttpScorer:
                     request_id
                 )
             else:
-                rows.append(_typed(answer))
+                rows.append(answer)
         parts = [pl.DataFrame(rows, schema=OUTPUT_SCHEMA)] if rows else []
         for (status, code, message), ids in stops.items():
             stopped = requests.filter(pl.col("request_id").is_in(ids))

@@ -8,6 +8,8 @@ was lost is replayed by the service, not charged again):
     HTTP 409 request_in_progress                         (our own earlier attempt still running)
 
 Never retried: 400, 401, 402, 422 and every other status; a second try cannot change them.
+A 503 `too_many_connections` (the service's connection limit, before the request is read) is
+waited for as a 429 is: never charged, and bounded as those are.
 
 Waits: exponential backoff with equal jitter (half of min(cap, base * 2**n), plus up to the
 other half at random), or the server's `Retry-After` when it sends one (of more than zero). A
@@ -49,6 +51,15 @@ GATEWAY_STATUSES = frozenset({520, 521, 522, 523, 524})
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504}) | GATEWAY_STATUSES
 # Of those, the ones that say the service itself is not serving (not this request's trouble).
 UNAVAILABLE_STATUSES = frozenset({502, 503, 504}) | GATEWAY_STATUSES
+# The service's refusal of a connection past its limit (503 too_many_connections), made before
+# the request is read: never charged, a wait for a free connection as a 429 is for the next
+# second (see `slots`).
+_TURNED_AWAY = b'"too_many_connections"'
+
+
+def turned_away(response: Answer) -> bool:
+    return response.status_code == 503 and _TURNED_AWAY in response.content
+
 
 # The transport raises httpx's exceptions; the others are a safety net for what might escape.
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
@@ -197,8 +208,8 @@ async def _retry(
             # "Retry-After: 0" (or a date gone by) is no pause at all: the backoff's instead,
             # or a run would hammer a service that says so for a thousand attempts on end.
             if after is not None and after > 0:
-                if exc.response.status_code == 409:
-                    return after
+                if exc.response.status_code == 409 or turned_away(exc.response):
+                    return after  # this request's own wait (a slot, our earlier attempt)
                 pause.hold(after)  # everyone waits, this worker too (at pause.wait below)
                 return 0.0
         # Half the cap for sure, half at random: workers spread out, and the waits add up to
@@ -243,9 +254,10 @@ async def _retry(
                     failure = RetryableStatus(response)
                 if isinstance(failure, RetryableStatus):
                     status, once = failure.response.status_code, failure.response.sends == 1
-                    throttled += status == 429
-                    paced += status == 429 and once
-                    refused += status in (409, 429) and once
+                    waited = status == 429 or turned_away(failure.response)
+                    throttled += waited
+                    paced += waited and once
+                    refused += (status == 409 or waited) and once
                 raise failure
     except RetryableStatus as exc:
         return Sent(exc.response, attempts, paced, refused)

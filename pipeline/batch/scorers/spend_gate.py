@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from pipeline.batch.budget import Budget
 from pipeline.batch.scorers.base import SKIPPED_BALANCE, SKIPPED_BUDGET, budget_spent
-from pipeline.batch.scorers.retry import RETRY_STATUSES
+from pipeline.batch.scorers.retry import RETRY_STATUSES, turned_away
 from pipeline.batch.scorers.sending import Answer
 
 # The service's own refusals, all before any charge (see pipeline.service.handler): an answer
@@ -143,7 +143,8 @@ class SpendGate:
     def answered(self, hold: Hold, answer: Answer) -> None:
         """What an attempt's answer says of its charge."""
         status = answer.status_code
-        if answer.sends > 1 or status not in REFUSED_UNCHARGED:
+        refused = status in REFUSED_UNCHARGED or turned_away(answer)
+        if answer.sends > 1 or not refused:
             # the first send's answer lost, perhaps after a charge; an answer of success,
             # charged, that may yet be no decision (unreadable: failed); or another status,
             # which a gateway may send once the service has charged (524)
@@ -153,8 +154,8 @@ class SpendGate:
             # charge: only a request no send of which may have been is let go.
             if not hold.maybe_charged:
                 self._let_go(hold)
-        elif status in RETRY_STATUSES and status != 429:
-            self.failed(hold)  # (a 429 or a 409 was refused, never charged: waited for)
+        elif status in RETRY_STATUSES and not refused:
+            self.failed(hold)  # (a 429, a 409 or a 503 turning it away: never charged, waited for)
 
     def _let_go(self, hold: Hold) -> None:
         """A request refused 409, none of whose sends in this run may have been charged, gives
