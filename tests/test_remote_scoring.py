@@ -283,6 +283,27 @@ def test_requests_in_doubt_a_budget_keeps_back_are_replayed_later_not_paid_again
     assert 10_000 - service.balance() == last.results["decisions_used"].sum()  # each paid once
 
 
+def test_a_top_up_during_the_run_is_spent_by_its_rows_cut_for_lack_of_balance(
+    tmp_path, engine, small
+):
+    # The batch is cut to the 40 decisions the balance held when the run began; the workspace
+    # is topped up while those are sent: the rest of the batch is scored, not left "spent".
+    with running_service(tmp_path, engine, balance=40) as service:
+
+        def colleague_tops_up(request_count: int) -> None:
+            if request_count == 20:
+                service.ledger.topup("acme", 1_000)
+
+        with running_proxy(service.url, lambda k, a: "pass", colleague_tops_up) as proxy:
+            scorer = remote(proxy.url, service.key, concurrency=4)
+            assert scorer.identify() == ("acme", 40)  # as `decisions score` asks first
+            outcome = score_remote(scorer, tmp_path / "out.parquet", source=small)
+        assert outcome.exit_code == 0
+        assert set(outcome.results["status"]) <= {"scored", "rejected"}
+        assert service.balance() == 1_040 - paid_rows(outcome)
+        assert outcome.summary.balance_after == service.balance()
+
+
 def test_requests_in_doubt_left_out_of_a_resumed_file_are_replayed_when_they_return(
     tmp_path, service, small, monkeypatch
 ):

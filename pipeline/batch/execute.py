@@ -221,6 +221,8 @@ class Executor:
                     answers = self._send(group, rows_file)
                     yield answers, True
                     stop = stop or _stop_reason(answers)
+                    if stop is not None and stop[0] == SKIPPED_BALANCE and self._topped_up(new):
+                        stop = None
         finally:
             if ahead is not None:
                 ahead.discard(self.journal)
@@ -238,6 +240,14 @@ class Executor:
         if self.journal is None:
             return None
         return _Ahead(batch, self.journal.write_rows_ahead(batch, batch["batch_key"][0]))
+
+    def _topped_up(self, new: pl.DataFrame) -> bool:
+        """Whether, the balance asked again after a batch cut short for lack of it, the next
+        row can be paid now: a top-up made during the run (nothing is in flight between
+        batches, so the balance asked is the balance now)."""
+        if new.is_empty() or self.scorer.refresh_balance() is None:
+            return False
+        return _affordable(new["cost"].head(1), self._available()) > 0
 
     def _spendable(self, balance: int | None) -> int | None:
         return None if balance is None else max(balance - self.reserve, 0)

@@ -94,6 +94,11 @@ class Scorer(Protocol):
         """The balance now, when the scorer can know it."""
         ...
 
+    def refresh_balance(self) -> int | None:
+        """The balance asked again where it is kept, between batches (nothing in flight): a
+        top-up made during the run counts. None when it cannot be asked."""
+        ...
+
     def benchmarks(self) -> BenchmarkTable | None:
         """The benchmark tables answers are made with, when known here (embedded); None for a
         remote service, whose tables may differ."""

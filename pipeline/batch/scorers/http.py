@@ -318,6 +318,22 @@ class HttpScorer:
             self._transport = build_transport(self.config)
         return self._runner.run(self._identify(self._transport))
 
+    def refresh_balance(self) -> int | None:
+        """The balance asked of the service again (GET /v1/workspace), between batches: with
+        nothing in flight, the answer is the balance now, a top-up made during the run
+        included (the answers' lowest balance never rises). None when the service cannot say
+        (a service of the spec alone, one the run stopped for)."""
+        if self._runner is None or self._transport is None or self._fatal is not None:
+            return None
+        try:
+            identity = self._runner.run(self._identify(self._transport))
+        except UsageError:
+            return None
+        if identity is None:
+            return None
+        self._gate.balance = identity[1]
+        return identity[1]
+
     async def _identify(self, transport: httpx.AsyncBaseTransport) -> tuple[str, int] | None:
         # Not closed: closing a client closes its transport, which the run goes on to use.
         client = httpx.AsyncClient(transport=transport, timeout=self.config.timeout)

@@ -59,6 +59,9 @@ class LocalScorer:
     def balance(self) -> int | None:
         return self.ledger.workspace(self.workspace).balance
 
+    def refresh_balance(self) -> int | None:
+        return self.balance()  # read from the ledger every time
+
     def batch_charged(self, batch_key: str) -> bool | None:
         if batch_key.startswith(COMPACTED_BATCH):  # paid, under the keys folded into it
             return True
