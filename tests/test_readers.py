@@ -282,6 +282,30 @@ def test_xlsx_cells_come_back_as_the_text_a_user_sees(tmp_path: Path) -> None:
     assert result.renamed_headers == {"column_6": "", "Area_2": "Area"}
 
 
+def test_xlsx_text_cells_that_read_like_a_printed_number_or_date_are_kept_as_typed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "book.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    sheet = workbook.add_worksheet()
+    stamp = workbook.add_format({"num_format": "yyyy-mm-dd hh:mm"})
+    sheet.write_row(0, 0, ["ref", "when"])
+    sheet.write_number(1, 0, 99999999.99)  # calamine prints 99999999.989999995: undone
+    sheet.write_datetime(1, 1, dt.datetime(2024, 5, 1), stamp)  # midnight: the date alone
+    sheet.write_string(2, 0, "12345678.123456789")  # text, as typed: kept
+    sheet.write_string(2, 1, "2024-05-01 00:00:00")
+    sheet.write_string(3, 0, "46123456.000000000")
+    sheet.write_string(3, 1, "1899-12-31 09:30:00")
+    workbook.close()
+    assert_text_frame(
+        read_table(path),
+        {
+            "ref": ["99999999.99", "12345678.123456789", "46123456.000000000"],
+            "when": ["2024-05-01", "2024-05-01 00:00:00", "1899-12-31 09:30:00"],
+        },
+    )
+
+
 @pytest.mark.parametrize("sheet", ["Other", 1, "1", "other", " Other "])  # typed loosely
 def test_xlsx_sheet_by_name_or_position(tmp_path: Path, sheet: str | int) -> None:
     frame = read_table(write_xlsx(tmp_path / "book.xlsx"), sheet=sheet)

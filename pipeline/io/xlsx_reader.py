@@ -4,7 +4,8 @@ fastexcel's ``dtypes="string"`` turns each cell into text the way a user reads i
 without a decimal point (1500000, not 1500000.0), other numbers with at most 9 decimal places,
 booleans as ``true``/``false``, dates and times as ISO ``YYYY-MM-DD HH:MM:SS``. Error cells
 (``#N/A``, ``#DIV/0!``) become null (their text is put back from the sheet's XML, with merged
-cells: `xlsx_sheet_xml`). Three artefacts of that conversion are undone here:
+cells: `xlsx_sheet_xml`). Three artefacts of that conversion are undone here, in number, date
+and time cells only (a text cell that reads like one is kept as typed, found in the sheet's XML):
 
 - a number cut to 9 decimals (3166.666666667 for the formula result 3166.6666666666665) is
   printed in full, so a value read and written back is the value in the cell;
@@ -30,7 +31,13 @@ import fastexcel
 import polars as pl
 
 from pipeline.errors import InputError
-from pipeline.io.xlsx_sheet_xml import read_sheet_xml, restore_cells, row_places
+from pipeline.io.xlsx_sheet_xml import (
+    SheetXml,
+    read_sheet_xml,
+    restore_cells,
+    row_places,
+    text_cells,
+)
 
 MIDNIGHT = r"^(\d{4}-\d{2}-\d{2}) 00:00:00$"
 TIME_OF_DAY = r"^1899-12-31 (\d{2}:\d{2}:\d{2}(?:\.\d+)?)$"  # no Excel date is before 1900
@@ -57,8 +64,8 @@ def read_xlsx(
         others = f"; its sheets are {', '.join(repr(n) for n in names)} (--sheet NAME)"
         raise InputError(f"{path}: sheet {names[index]!r} is empty" + others * (len(names) > 1))
     raw = _with_all_digits(workbook, index, raw)
-    raw = raw.with_columns(_tidy(pl.col(c)) for c in raw.columns)
     sheet_xml = read_sheet_xml(path, index)
+    raw = _tidied(raw, sheet_xml)
     restored = restore_cells(sheet_xml, raw)
     if restored.no_result is not None:
         cell, formula = restored.no_result
@@ -186,6 +193,25 @@ def _with_all_digits(
         )
         fixed.append(text.zip_with(~lost.fill_null(True), number.cast(pl.String)))
     return raw.with_columns(fixed)
+
+
+def _tidied(raw: pl.DataFrame, sheet: SheetXml | None) -> pl.DataFrame:
+    """`raw` with calamine's printing of number, date and time cells undone (`_tidy`); a text
+    cell that happens to read like that printing (`2024-05-01 00:00:00` typed as text) is
+    kept as typed."""
+    tidy = raw.with_columns(_tidy(pl.col(c)) for c in raw.columns)
+    changed = [i for i, c in enumerate(raw.columns) if not tidy[c].equals(raw[c])]
+    if not changed:
+        return tidy
+    kept = text_cells(sheet, raw, changed)
+    columns: dict[int, list[str | None]] = {}
+    for row, column in kept:
+        if column in changed and 0 <= row < raw.height:
+            cells = columns.setdefault(column, tidy.to_series(column).to_list())
+            cells[row] = raw[row, column]
+    return tidy.with_columns(
+        pl.Series(raw.columns[c], cells, dtype=pl.String) for c, cells in columns.items()
+    )
 
 
 def _tidy(cell: pl.Expr) -> pl.Expr:

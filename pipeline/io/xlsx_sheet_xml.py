@@ -239,6 +239,26 @@ def _cell_without_result(xml: bytes, end: re.Match[bytes], from_row: int) -> tup
     return (ref.group(1) + ref.group(2)).decode(), "=" + _unescaped(text)
 
 
+def text_cells(
+    sheet: SheetXml | None, frame: pl.DataFrame, columns: list[int]
+) -> set[tuple[int, int]]:
+    """The (row, column) places in `frame` (a sheet as read) of its text cells in `columns`
+    (shared strings, inline strings, a formula's text result); empty when the places cannot
+    be worked out."""
+    if sheet is None or not columns:
+        return set()
+    origin = _origin(sheet.xml, frame)
+    if origin is None:
+        return set()
+    top, left = origin
+    letters = b"|".join(_letters(c + left).encode() for c in columns)
+    cell = rb'<(?:\w+:)?c\s+r="(' + letters + rb')([0-9]+)"[^>]*?\bt="(?:s|str|inlineStr)"'
+    return {
+        (int(number) - 1 - top, _column(column) - left)
+        for column, number in re.findall(cell, sheet.xml)
+    }
+
+
 def _with_errors(xml: bytes, origin: tuple[int, int], frame: pl.DataFrame) -> pl.DataFrame:
     top, left = origin
     columns: dict[int, list[str | None]] = {}
