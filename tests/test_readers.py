@@ -5,6 +5,8 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import re
+import subprocess
+import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -280,6 +282,26 @@ def test_xlsx_cells_come_back_as_the_text_a_user_sees(tmp_path: Path) -> None:
         },
     )
     assert result.renamed_headers == {"column_6": "", "Area_2": "Area"}
+
+
+def test_a_chart_sheet_is_passed_over_without_a_word_on_stderr(tmp_path: Path) -> None:
+    path = tmp_path / "book.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    charts = workbook.add_chartsheet("Chart")
+    data = workbook.add_worksheet("Data")
+    data.write_row(0, 0, ["price", "area"])
+    data.write_row(1, 0, [1500000, 120])
+    chart = workbook.add_chart({"type": "column"})
+    chart.add_series({"values": "=Data!$A$2:$A$2"})
+    charts.set_chart(chart)
+    workbook.close()
+    # in a process of its own: pytest's log capture would hide what a command prints
+    program = "import sys; from pipeline.io.read import read_table_with_info as r; "
+    program += "print(r(__import__('pathlib').Path(sys.argv[1])).sheet)"
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(path)], capture_output=True, text=True, check=True
+    )
+    assert (done.stdout, done.stderr) == ("Data\n", "")
 
 
 def test_xlsx_text_cells_that_read_like_a_printed_number_or_date_are_kept_as_typed(

@@ -24,6 +24,7 @@ as their cached values.
 
 from __future__ import annotations
 
+import logging
 import zipfile
 from pathlib import Path
 
@@ -38,6 +39,11 @@ from pipeline.io.xlsx_sheet_xml import (
     row_places,
     text_cells,
 )
+
+# calamine logs what it passes over ("'chartsheet' not a valid worksheet" for a chart sheet,
+# which is passed over as empty): without a handler of the program's, Python printed it on
+# stderr, which cron mails as if the run had failed.
+logging.getLogger("calamine").addHandler(logging.NullHandler())
 
 MIDNIGHT = r"^(\d{4}-\d{2}-\d{2}) 00:00:00$"
 TIME_OF_DAY = r"^1899-12-31 (\d{2}:\d{2}:\d{2}(?:\.\d+)?)$"  # no Excel date is before 1900
