@@ -276,6 +276,18 @@ def test_text_past_the_excel_limit_is_cut_with_a_marker(tmp_path: Path) -> None:
     assert len(value) == EXCEL_MAX_CHARS
 
 
+def test_text_of_emoji_past_the_limit_is_cut_where_excel_counts_it_full(tmp_path: Path) -> None:
+    # An emoji is two of Excel's 32,767 units: such text was cut to a sixth of what fits, or
+    # the cutting looped for ever (17,000 emoji), after the run had paid.
+    path = tmp_path / "scored.xlsx"
+    results = make_results().with_columns(pl.lit("😀" * 30_000 + "x").alias("reasoning_ar"))
+    write(path, results)
+    value = column_values(openpyxl.load_workbook(path), "reasoning_ar")[0]
+    assert isinstance(value, str) and value.endswith(TRUNCATION_MARKER)
+    units = len(value.encode("utf-16-le")) // 2
+    assert EXCEL_MAX_CHARS - 1 <= units <= EXCEL_MAX_CHARS  # a pair cut in half is dropped
+
+
 def test_iso_dates_and_times_in_input_columns_become_excel_dates(tmp_path: Path) -> None:
     # Found by QA: a workbook's date column came back as text, which no longer filters by date.
     import datetime as dt
