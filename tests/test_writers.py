@@ -257,7 +257,7 @@ def test_a_workbook_takes_back_only_the_numbers_excel_holds_as_they_are() -> Non
         {
             "phone": [966501234567890, 12345678901234567],  # 16-17 digits: Excel rounds them
             "floors": [3, 12],
-            "area": pl.Series([140.1, 90.5], dtype=pl.Float32),  # widens to 140.1000061...
+            "area": pl.Series([140.1, 100.0], dtype=pl.Float32),  # widens to 140.1000061...
             "price": [950000.5, 3200000.0],
             "listed": [date(2026, 1, 2), date(2026, 3, 4)],
         }
@@ -265,8 +265,11 @@ def test_a_workbook_takes_back_only_the_numbers_excel_holds_as_they_are() -> Non
     results = _with_result_columns(typed.select(pl.all().cast(pl.String)))
     back = with_input_types(results, typed, numeric_only=True)
     assert [back.schema[c] for c in typed.columns] == [
-        pl.String, pl.Int64, pl.String, pl.Float64, pl.String,
+        pl.String, pl.Int64, pl.Float64, pl.Float64, pl.String,
     ]  # fmt: skip
+    # a Float32 as the number its text shows: "100.0" was left text (not a plain number),
+    # "140.1" a number, so a column's SUM counted half its cells
+    assert back["area"].to_list() == [140.1, 100.0]
 
 
 @pytest.mark.parametrize("dropped", ["", " ", "\ufeff"])

@@ -36,11 +36,11 @@ _EXCEL_DIGITS = 10**15
 
 def _fits_a_spreadsheet(column: pl.Series) -> bool:
     """A number column that a workbook holds as the numbers it has: not a long integer that
-    Excel would round, nor a Float32, whose values widen to 140.1000061035156."""
+    Excel would round."""
     if column.dtype.is_integer():
         largest = column.cast(pl.Float64).abs().max()
         return largest is None or float(largest) < _EXCEL_DIGITS  # type: ignore[arg-type]
-    return column.dtype.is_numeric() and column.dtype != pl.Float32
+    return column.dtype.is_numeric()
 
 
 def with_input_types(
@@ -70,6 +70,10 @@ def with_input_types(
             continue
         if results.schema[target] != pl.String:
             continue
-        if as_text(column).equals(results.get_column(target), check_names=False):
+        text = as_text(column)
+        if text.equals(results.get_column(target), check_names=False):
+            if numeric_only and column.dtype == pl.Float32:
+                # the number its text shows (140.1), not the one it widens to (140.10000610...)
+                column = text.cast(pl.Float64)
             replaced[target] = column.alias(target)
     return results.with_columns(replaced.values()) if replaced else results
