@@ -382,6 +382,35 @@ def test_verdicts_that_flip_are_listed_as_changes(tmp_path):
     assert any("Changed since last run" in t for t in texts)
 
 
+def test_changes_are_labelled_by_the_inputs_first_column_when_it_is_named_like_ours(tmp_path):
+    # The input's "status" is "status (input)" in the results: the table showed our own
+    # status column ("scored") beside each row number.
+    job = Job(tmp_path)
+    listings = read_table(SAMPLE / "portfolio.csv")
+    listings = listings.select(
+        pl.when(pl.int_range(pl.len()) % 2 == 0).then(pl.lit("available"))
+        .otherwise(pl.lit("sold")).alias("status"),
+        pl.all(),
+    )  # fmt: skip
+    source = tmp_path / "listings.csv"
+    listings.write_csv(source)
+    job.out = tmp_path / "scored.xlsx"
+    assert job.score(source) == 0
+    cheap = listings.with_columns(
+        pl.when(pl.int_range(pl.len()) < 5).then(pl.lit("1000")).otherwise(pl.col("Price (SAR)"))
+        .alias("Price (SAR)")
+    )  # fmt: skip
+    cheap.write_csv(source)
+    assert job.score(source) == 0
+    import openpyxl
+
+    rows = list(openpyxl.load_workbook(job.out)["Summary"].iter_rows(values_only=True))
+    header = next(i for i, row in enumerate(rows) if "status (input)" in row)
+    column = rows[header].index("status (input)")
+    labels = {row[column] for row in rows[header + 1 :] if row[column] is not None}
+    assert labels and labels <= {"available", "sold"}
+
+
 def test_a_second_run_of_the_same_job_is_refused_while_one_runs(tmp_path):
     from pipeline.batch.job_files import job_lock
     from pipeline.errors import UsageError

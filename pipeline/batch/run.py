@@ -44,7 +44,7 @@ from pipeline.batch.options import BatchOptions
 from pipeline.batch.passes import Progress, RunContext, score_requests
 from pipeline.batch.plan import Plan, make_plan
 from pipeline.batch.prepare import file_fingerprint, prepare
-from pipeline.batch.result_columns import RESULT_SCHEMA, in_rejects_schema
+from pipeline.batch.result_columns import RESULT_SCHEMA, clash_free_names, in_rejects_schema
 from pipeline.batch.scorers.base import SKIPPED_BUDGET, Scorer
 from pipeline.batch.summary import RunSummary
 from pipeline.batch.unmatched_places import place_notes
@@ -149,6 +149,14 @@ def _options_key(options: BatchOptions, scorer: Scorer) -> str:
         hashlib.sha256(DEFAULT_CONFIG.read_bytes()).hexdigest(),
     ]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def _first_column(columns: list[str]) -> str | None:
+    """The input's first column as the results name it (`status (input)` when the input has a
+    column named like a result column, a scored file scored again)."""
+    if not columns:
+        return None
+    return clash_free_names(columns).get(columns[0], columns[0])
 
 
 def _answer_again(
@@ -403,7 +411,7 @@ def run_batch(
         changes = None
         if journal is not None:
             previous = journal.previous_verdicts()
-            label = prepared.raw.columns[0] if prepared.raw.width else None
+            label = _first_column(prepared.raw.columns)
             changes = changed_verdicts(results, listings, previous, label)
 
         balance_after = scorer.balance()
