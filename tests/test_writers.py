@@ -17,7 +17,7 @@ from pipeline.batch.result_columns import REJECTS_SCHEMA, RESULT_SCHEMA
 from pipeline.batch.summary import RunSummary
 from pipeline.errors import OutputError, TooManyRowsError, UsageError
 from pipeline.io.parquet_types import with_input_types
-from pipeline.io.write import check_output_capacity, write_output, write_rejects_csv
+from pipeline.io.write import check_output_capacity, write_output
 
 # The input's own columns, all text, exactly as a user typed them.
 ORIGINALS: dict[str, list[str | None]] = {
@@ -154,13 +154,6 @@ def test_parquet_reads_back_equal_with_dtypes(tmp_path: Path, name: str) -> None
     assert_frame_equal(back, make_results())
     assert back.schema == make_results().schema
     assert leftovers(tmp_path, {name}) == []
-
-
-def test_rejects_csv_beside_the_output(tmp_path: Path) -> None:
-    path = tmp_path / "scored.rejects.csv"
-    write_rejects_csv(path, make_rejects())
-    assert path.read_bytes().startswith(b"\xef\xbb\xbf")
-    assert_frame_equal(pl.read_csv(path, schema=REJECTS_SCHEMA), make_rejects())
 
 
 def test_parent_directories_are_created(tmp_path: Path) -> None:

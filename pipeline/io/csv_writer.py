@@ -9,7 +9,7 @@ import polars as pl
 from pipeline.errors import OutputError
 from pipeline.io.atomic import atomic_path
 
-__all__ = ["write_csv", "write_rejects_csv"]
+__all__ = ["write_csv"]
 
 
 def write_csv(path: Path, frame: pl.DataFrame, *, bom: bool = True) -> None:
@@ -23,8 +23,3 @@ def write_csv(path: Path, frame: pl.DataFrame, *, bom: bool = True) -> None:
             frame.write_csv(tmp, include_bom=bom, include_header=True, separator=",")
         except pl.exceptions.PolarsError as exc:
             raise OutputError(f"{path}: cannot write CSV ({exc})") from exc
-
-
-def write_rejects_csv(path: Path, rejects: pl.DataFrame, *, bom: bool = True) -> None:
-    """Write the rejects table (REJECTS_SCHEMA) beside a CSV or Parquet output."""
-    write_csv(path, rejects, bom=bom)

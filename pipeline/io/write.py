@@ -1,7 +1,7 @@
 """Writing a run's output: one entry point, the format chosen by the file extension.
 
     .xlsx            workbook with Results, Rejects and Summary sheets (xlsx_writer)
-    .csv             results only, UTF-8 with BOM (csv_writer); rejects via write_rejects_csv
+    .csv             results only, UTF-8 with BOM (csv_writer)
     .parquet / .pq   results only, snappy (parquet_writer)
 
 Every writer goes through a temporary file renamed into place, so the output is either the
@@ -17,7 +17,7 @@ import polars as pl
 from pipeline.batch.summary import RunSummary
 from pipeline.errors import UsageError
 from pipeline.io.atomic import check_writable
-from pipeline.io.csv_writer import write_csv, write_rejects_csv
+from pipeline.io.csv_writer import write_csv
 from pipeline.io.parquet_types import with_input_types
 from pipeline.io.parquet_writer import write_parquet
 
@@ -26,7 +26,6 @@ __all__ = [
     "check_output_capacity",
     "output_format",
     "write_output",
-    "write_rejects_csv",
 ]
 
 OUTPUT_FORMATS = {".xlsx": "xlsx", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -79,9 +78,9 @@ def write_output(
     input as read by `pipeline.io.parquet_types.typed_input`; a workbook's numeric ones do (a
     float column's 3200000.0 is a number to write, not text someone typed).
 
-    Only the workbook carries `rejects`, `summary` and `changes`; for CSV and Parquet the
-    caller writes the rejects beside the output (`write_rejects_csv`). Raises OutputError
-    naming the path when the file cannot be written.
+    Only the workbook carries `rejects`, `summary` and `changes` (its sheets); a CSV or
+    Parquet row says why it was rejected in its own error columns. Raises OutputError naming
+    the path when the file cannot be written.
     """
     path = Path(path)
     kind = output_format(path)
