@@ -276,6 +276,29 @@ def test_text_past_the_excel_limit_is_cut_with_a_marker(tmp_path: Path) -> None:
     assert len(value) == EXCEL_MAX_CHARS
 
 
+def test_summary_notes_isolate_the_arabic_names_they_quote(tmp_path: Path) -> None:
+    # Unisolated, Excel and LibreOffice showed "city '(1) 'مدينة" for "city 'مدينة' (1)".
+    from dataclasses import replace
+
+    path = tmp_path / "scored.xlsx"
+    note = "2 row(s): district 'حي الملقا' in الرياض (1); city 'مدينة' (1)"
+    summary = replace(
+        make_summary(),
+        input_path="/data/محفظة 2024.xlsx",
+        notes=[("Places without their own benchmark", note), ("Arabic", "الرياض (1)")],
+    )
+    write_output(path, make_results(), rejects=make_rejects(), summary=summary)
+    values = {
+        r[0]: r[1] for r in openpyxl.load_workbook(path)["Summary"].iter_rows(values_only=True)
+    }
+    assert values["Places without their own benchmark"] == (
+        "2 row(s): district '\u2068حي الملقا\u2069' in \u2068الرياض\u2069 (1); "
+        "city '\u2068مدينة\u2069' (1)"
+    )
+    assert values["Arabic"] == "الرياض (1)"  # reads right to left: left as it is
+    assert values["Input file"] == "/data/محفظة 2024.xlsx"  # a path, to copy: as it is
+
+
 def test_text_of_emoji_past_the_limit_is_cut_where_excel_counts_it_full(tmp_path: Path) -> None:
     # An emoji is two of Excel's 32,767 units: such text was cut to a sixth of what fits, or
     # the cutting looped for ever (17,000 emoji), after the run had paid.

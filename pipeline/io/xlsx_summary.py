@@ -13,7 +13,7 @@ from xlsxwriter.worksheet import Worksheet
 
 from pipeline.batch.summary import RUN_TIME, RUN_TIME_IN_WORKBOOK, RunSummary
 from pipeline.io.xlsx_styles import COUNT, TONE_OF_VALUE, Formats
-from pipeline.io.xlsx_text import looks_like_formula, reads_right_to_left
+from pipeline.io.xlsx_text import isolated_arabic, looks_like_formula, reads_right_to_left
 
 SHEET = "Summary"
 CHANGES_TITLE = "Changed since last run"
@@ -67,6 +67,9 @@ def write_summary_sheet(
         _write_changes(sheet, formats, at, changes)
 
 
+_HOLDING_PATHS = frozenset({"Input file", "Run journal"})
+
+
 def _write_value_row(
     sheet: Worksheet, formats: Formats, row: int, label: str, value: object
 ) -> None:
@@ -79,8 +82,10 @@ def _write_value_row(
         sheet.write_number(row, 1, value, formats.numbers[COUNT])
     elif isinstance(value, float):
         sheet.write_number(row, 1, value)
-    else:
+    elif label in _HOLDING_PATHS:  # a path copied from the cell must open the file
         _write_text(sheet, formats, row, 1, str(value))
+    else:
+        _write_text(sheet, formats, row, 1, isolated_arabic(str(value)))
 
 
 def _write_text(sheet: Worksheet, formats: Formats, row: int, col: int, text: str) -> None:

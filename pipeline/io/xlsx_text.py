@@ -119,6 +119,20 @@ def reads_right_to_left(text: str) -> bool:
     return first is not None and ARABIC.match(first.group()) is not None
 
 
+# A run of Arabic words (letters, and the spaces between them).
+_ARABIC_RUN = re.compile("[\u0600-\u06ff](?:[\u0600-\u06ff\\s]*[\u0600-\u06ff])?")
+
+
+def isolated_arabic(text: str) -> str:
+    """An English text with each run of Arabic words in it isolated (U+2068 ... U+2069), as
+    the Unicode bidi rules provide: otherwise what follows a name joins its right-to-left run,
+    and Excel shows "city 'مدينة' (1)" as "city '(1) 'مدينة". Text that reads right to left
+    (Arabic first) is left as it is."""
+    if text.isascii() or reads_right_to_left(text):
+        return text
+    return _ARABIC_RUN.sub(lambda run: f"\u2068{run.group()}\u2069", text)
+
+
 def looks_like_formula(text: str) -> bool:
     return text[:1] in FORMULA_FIRST
 
