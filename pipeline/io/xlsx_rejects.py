@@ -1,4 +1,6 @@
-"""The Rejects sheet: one row per bad value, what it was and why it was refused."""
+"""The Rejects sheet: one row per rejected row, its first broken rule: the value and why it was
+refused (a row breaking several rules shows the next once that one is fixed, as the service
+answers a request with its first)."""
 
 from __future__ import annotations
 
