@@ -284,6 +284,35 @@ def test_xlsx_cells_come_back_as_the_text_a_user_sees(tmp_path: Path) -> None:
     assert result.renamed_headers == {"column_6": "", "Area_2": "Area"}
 
 
+def test_whole_numbers_shown_with_leading_zeros_read_as_the_sheet_shows_them(
+    tmp_path: Path,
+) -> None:
+    # An id stored as 123 in a 00000 cell shows 00123; a phone number 0501234567.
+    path = tmp_path / "book.xlsx"
+    workbook = xlsxwriter.Workbook(path)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(1, 1, ["id", "phone", "price"])  # a table starting at B2
+    five, ten = (
+        workbook.add_format({"num_format": "00000"}),
+        workbook.add_format({"num_format": "0000000000"}),
+    )
+    sheet.write_number(2, 1, 123, five)
+    sheet.write_number(2, 2, 501234567, ten)
+    sheet.write_number(2, 3, 1500000)
+    sheet.write_string(3, 1, "77", five)  # text typed in such a cell: as typed
+    sheet.write_number(3, 2, 12.5, ten)  # not a whole number: as it is
+    sheet.write_number(3, 3, 900000, five)
+    workbook.close()
+    assert_text_frame(
+        read_table(path),
+        {
+            "id": ["00123", "77"],
+            "phone": ["0501234567", "12.5"],
+            "price": ["1500000", "900000"],
+        },
+    )
+
+
 def test_a_chart_sheet_is_passed_over_without_a_word_on_stderr(tmp_path: Path) -> None:
     path = tmp_path / "book.xlsx"
     workbook = xlsxwriter.Workbook(path)

@@ -38,6 +38,8 @@ from pipeline.io.xlsx_sheet_xml import (
     restore_cells,
     row_places,
     text_cells,
+    zero_padded,
+    zero_padded_styles,
 )
 
 # calamine logs what it passes over ("'chartsheet' not a valid worksheet" for a chart sheet,
@@ -88,7 +90,7 @@ def read_xlsx(
             f" {formula}), which read as empty: the program that wrote the file did not "
             "calculate them. Open the file in Excel or LibreOffice, save it, and run again"
         )
-    raw = restored.frame
+    raw = zero_padded(sheet_xml, restored.frame, zero_padded_styles(path))
     headers = list(raw.row(0))
     places = row_places(sheet_xml)
     details = {

@@ -259,6 +259,61 @@ def text_cells(
     }
 
 
+_NUM_FMT = re.compile(rb'<(?:\w+:)?numFmt\s[^>]*?numFmtId="([0-9]+)"[^>]*?formatCode="(0{2,})"')
+_CELL_XFS = re.compile(rb"<(?:\w+:)?cellXfs\b[^>]*>(.*?)</(?:\w+:)?cellXfs>", re.DOTALL)
+_XF = re.compile(rb"<(?:\w+:)?xf\b[^>]*>")
+_XF_FORMAT = re.compile(rb'\bnumFmtId="([0-9]+)"')
+_TEXT_TYPE = re.compile(rb'\bt="(?:s|str|inlineStr|b|e)"')
+
+
+def zero_padded_styles(path: Path) -> dict[int, int]:
+    """Cell style (index) -> digits, for the styles whose number format pads a whole number
+    with zeros (`00000`: an id stored as 123 and shown 00123, a phone number shown
+    0501234567); empty when there are none or the styles cannot be read."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            styles = archive.read("xl/styles.xml")
+    except (KeyError, OSError, zipfile.BadZipFile):
+        return {}
+    widths = {int(number): len(code) for number, code in _NUM_FMT.findall(styles)}
+    xfs = _CELL_XFS.search(styles) if widths else None
+    if xfs is None:
+        return {}
+    padded = {}
+    for index, xf in enumerate(_XF.findall(xfs.group(1))):
+        number = _XF_FORMAT.search(xf)
+        if number is not None and int(number.group(1)) in widths:
+            padded[index] = widths[int(number.group(1))]
+    return padded
+
+
+def zero_padded(
+    sheet: SheetXml | None, frame: pl.DataFrame, styles: dict[int, int]
+) -> pl.DataFrame:
+    """`frame` (a sheet as read) with the whole numbers of cells in `styles` padded with zeros
+    as the sheet shows them (123 in a `00000` cell reads 00123)."""
+    if sheet is None or not styles:
+        return frame
+    origin = _origin(sheet.xml, frame)
+    if origin is None:
+        return frame
+    top, left = origin
+    ids = b"|".join(str(index).encode() for index in styles)
+    cell = re.compile(rb'<(?:\w+:)?c\s+r="([A-Z]+)([0-9]+)"[^>]*?\bs="(' + ids + rb')"[^>]*>')
+    columns: dict[int, list[str | None]] = {}
+    for match in cell.finditer(sheet.xml):
+        if _TEXT_TYPE.search(match.group()):
+            continue  # text typed in the cell is shown as typed
+        row, column = int(match.group(2)) - 1 - top, _column(match.group(1)) - left
+        if not (0 <= row < frame.height and 0 <= column < frame.width):
+            continue
+        cells = _cells(columns, frame, column)
+        value = cells[row]
+        if value is not None and value.isdigit():
+            cells[row] = value.zfill(styles[int(match.group(3))])
+    return _replaced(frame, columns)
+
+
 def _with_errors(xml: bytes, origin: tuple[int, int], frame: pl.DataFrame) -> pl.DataFrame:
     top, left = origin
     columns: dict[int, list[str | None]] = {}
