@@ -362,9 +362,10 @@ def test_fresh_pays_again(tmp_path):
     assert job.charged() == 2 * DISTINCT_VALID
 
 
-def test_verdicts_that_flip_are_listed_as_changes(tmp_path):
+def scored_twice_five_made_cheap(tmp_path: Path, listings: pl.DataFrame) -> Path:
+    """The workbook of a job's second run, after the first five listings' prices fell to 1000
+    (their verdicts flip)."""
     job = Job(tmp_path)
-    listings = read_table(SAMPLE / "portfolio.csv")
     source = tmp_path / "listings.csv"
     listings.write_csv(source)
     job.out = tmp_path / "scored.xlsx"
@@ -375,9 +376,14 @@ def test_verdicts_that_flip_are_listed_as_changes(tmp_path):
     )  # fmt: skip
     cheap.write_csv(source)
     assert job.score(source) == 0
+    return job.out
+
+
+def test_verdicts_that_flip_are_listed_as_changes(tmp_path):
     import openpyxl
 
-    summary = openpyxl.load_workbook(job.out)["Summary"]
+    workbook = scored_twice_five_made_cheap(tmp_path, read_table(SAMPLE / "portfolio.csv"))
+    summary = openpyxl.load_workbook(workbook)["Summary"]
     texts = [c.value for row in summary.iter_rows() for c in row if isinstance(c.value, str)]
     assert any("Changed since last run" in t for t in texts)
 
@@ -385,26 +391,15 @@ def test_verdicts_that_flip_are_listed_as_changes(tmp_path):
 def test_changes_are_labelled_by_the_inputs_first_column_when_it_is_named_like_ours(tmp_path):
     # The input's "status" is "status (input)" in the results: the table showed our own
     # status column ("scored") beside each row number.
-    job = Job(tmp_path)
-    listings = read_table(SAMPLE / "portfolio.csv")
-    listings = listings.select(
+    import openpyxl
+
+    listings = read_table(SAMPLE / "portfolio.csv").select(
         pl.when(pl.int_range(pl.len()) % 2 == 0).then(pl.lit("available"))
         .otherwise(pl.lit("sold")).alias("status"),
         pl.all(),
     )  # fmt: skip
-    source = tmp_path / "listings.csv"
-    listings.write_csv(source)
-    job.out = tmp_path / "scored.xlsx"
-    assert job.score(source) == 0
-    cheap = listings.with_columns(
-        pl.when(pl.int_range(pl.len()) < 5).then(pl.lit("1000")).otherwise(pl.col("Price (SAR)"))
-        .alias("Price (SAR)")
-    )  # fmt: skip
-    cheap.write_csv(source)
-    assert job.score(source) == 0
-    import openpyxl
-
-    rows = list(openpyxl.load_workbook(job.out)["Summary"].iter_rows(values_only=True))
+    workbook = scored_twice_five_made_cheap(tmp_path, listings)
+    rows = list(openpyxl.load_workbook(workbook)["Summary"].iter_rows(values_only=True))
     header = next(i for i, row in enumerate(rows) if "status (input)" in row)
     column = rows[header].index("status (input)")
     labels = {row[column] for row in rows[header + 1 :] if row[column] is not None}
