@@ -252,6 +252,16 @@ def test_headers_in_the_fields_own_units_or_with_notes_still_match() -> None:
     assert mapped.fields["type"] == "Type (villa, flat...)"
 
 
+@pytest.mark.parametrize(
+    "header",
+    ["Price (SAR, year-end)", "Price (excl. rent)", "Price (SAR) [sale, not rent]",
+     "Price (asking, annual review)", "السعر (ريال)"],
+)  # fmt: skip
+def test_a_price_header_mentioning_a_year_or_a_rent_in_passing_is_still_taken(header) -> None:
+    mapped = map_columns([header, "Area", "type", "city"], CONFIG, source="x.csv")
+    assert mapped.fields["price"] == header
+
+
 def test_age_in_months_is_not_taken_for_age() -> None:
     mapped = map_columns(["Price", "Area", "type", "city", "Age (months)"], CONFIG, source="x")
     assert mapped.fields["age"] is None

@@ -14,6 +14,7 @@ from pipeline.batch.columns import MAPPED_FIELDS, ColumnMap
 from pipeline.batch.normalize import (
     BOOLEAN_WORDS,
     DOTTED_THOUSANDS,
+    DOTTED_THOUSANDS_AREA,
     TYPE_SYNONYMS,
     normalize,
     normalize_column,
@@ -95,8 +96,10 @@ def test_price(cell: str | None, expected: float | None) -> None:
         ("140.1", 140.1),
         ("140.12", 140.12),
         ("1.250", None),  # 1,250 m2 from a European-style export, or 1.25: neither is guessed
-        ("140.125", None),  # the same reading: 140 m2 and a bit, or 140,125 m2 of land
-        ("1,140.125", 1140.125),  # grouped: the dot can only be the decimal point
+        ("12.500", None),
+        ("140.125", 140.125),  # an area may have three decimals (a surveyed plot)
+        ("92.903", 92.903),  # 1,000 sq ft, converted; as a number cell prints it
+        ("1,140.125", 1140.125),
         ("-5", -5.0),
         ("120 sqft", None),  # another unit: not silently read as m2
         ("120 m", 120.0),
@@ -322,7 +325,8 @@ def test_arabic_digits_and_separators_read_as_their_ascii_form(
     ascii_form = f"{value:,.{places}f}"
     plain = ascii_form.replace(",", "")
     # A price like 950.000 reads two ways (see DOTTED_THOUSANDS), however its digits are written
-    two_ways = name in ("price", "area") and re.fullmatch(DOTTED_THOUSANDS, plain) is not None
+    dotted = {"price": DOTTED_THOUSANDS, "area": DOTTED_THOUSANDS_AREA}.get(name)
+    two_ways = dotted is not None and re.fullmatch(dotted, plain) is not None
     expected = None if two_ways else float(plain)
     assert column(name, [arabic(ascii_form)]) == column(name, [plain]) == [expected]
 

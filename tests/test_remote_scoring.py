@@ -304,6 +304,21 @@ def test_a_top_up_during_the_run_is_spent_by_its_rows_cut_for_lack_of_balance(
         assert outcome.summary.balance_after == service.balance()
 
 
+def test_a_run_down_to_its_reserve_stops_there_not_a_few_rows_at_a_time(tmp_path, engine, small):
+    # The balance asked again after the batch is the reserve itself: no top-up. (The rest was
+    # sent in batches of a few rows, each asking the balance again, until the file ended.)
+    with running_service(tmp_path, engine, balance=20) as service:
+        with running_proxy(service.url, lambda k, a: "pass") as proxy:
+            scorer = remote(proxy.url, service.key, concurrency=4, reserve=5)
+            scorer.identify()
+            options = BatchOptions(input=small, outputs=[tmp_path / "out.parquet"], reserve=5)
+            with scorer:
+                outcome = run_batch(options, scorer)
+        assert isinstance(outcome, BatchOutcome) and outcome.exit_code == 3
+        assert service.balance() == 5 and outcome.summary.decisions_spent == 15
+        assert proxy.requests == 1 + 15 + 1  # who pays, the rows it affords, the balance again
+
+
 def test_requests_in_doubt_left_out_of_a_resumed_file_are_replayed_when_they_return(
     tmp_path, service, small, monkeypatch
 ):

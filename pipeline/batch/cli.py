@@ -439,6 +439,10 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     _warn_unused_read_options(args)
     check_input(args.input)  # a missing or mislabelled file: before a journal is made for it
     remote = remote_scorer_from_args(args, settings)
+    if args.reserve < 0:
+        raise UsageError("--reserve must be 0 or more decisions")
+    # kept by the run between batches (and, remotely, by the scorer between requests too)
+    options = replace(options, reserve=args.reserve)
     owner: str | None = None  # who pays: the remote key's workspace, or the local ledger's
     if remote is not None:
         scorer, workspace = remote, args.workspace
@@ -456,12 +460,9 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
                 )
             workspace = owner  # the summary names the workspace that pays
     else:
-        if args.reserve < 0:
-            raise UsageError("--reserve must be 0 or more decisions")
         if args.concurrency is not None:
             print("decisions: warning: --concurrency applies to a decision service (--api-url);"
                   " the embedded engine scores a batch at a time", file=sys.stderr)  # fmt: skip
-        options = replace(options, reserve=args.reserve)  # kept by the run against the ledger
         scorer, workspace = _embedded_scorer(args, settings)
         target = f"{scorer.version}:{scorer.ledger.path.resolve()}:{workspace}"
         # which ledger paid: asked of another one, a charged batch would read as never charged

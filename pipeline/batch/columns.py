@@ -86,10 +86,6 @@ _OTHER_UNITS: dict[str, tuple[str, ...]] = {
         "mn", "mm", "mil", "million", "millions", "msar", "sarm", "sar m", "sar k", "bn",
         "billion", "الف", "بالالف", "الاف", "بالاف", "مليون", "بالمليون", "ملايين", "دولار",
         "بالدولار", "درهم",
-        # a price of the metre or of a period (a rent), not the sale price
-        "m2", "sqm", "sq m", "meter", "metre", "square meter", "square metre", "م2", "م", "متر",
-        "المتر", "بالمتر", "متر مربع", "month", "monthly", "annual", "annually", "yearly",
-        "year", "rent", "rental", "شهري", "شهريا", "سنوي", "سنويا", "ايجار", "الايجار",
     ),
     "area": (
         "ft", "ft2", "feet", "foot", "sf", "sqf", "sqft", "sq ft", "square feet",
@@ -98,6 +94,20 @@ _OTHER_UNITS: dict[str, tuple[str, ...]] = {
     ),
     "age": ("month", "months", "mo", "days", "day", "شهر", "اشهر", "بالاشهر", "يوم", "ايام"),
 }  # fmt: skip
+# A price of the metre or of a period (a rent), not the sale price: a bracketed part that
+# names only that (and perhaps the currency), as "Price (m²)", "السعر (المتر)", "Price (SAR,
+# monthly)"; a word of it in passing ("Price (SAR, year-end)", "(excl. rent)") is no unit.
+_PRICE_OF_WHAT = frozenset(
+    {
+        "m2", "sqm", "sq m", "meter", "metre", "square meter", "square metre", "per m2",
+        "م2", "م", "متر", "المتر", "بالمتر", "متر مربع", "للمتر المربع",
+        "month", "monthly", "per month", "annual", "annually", "yearly", "per year", "year",
+        "rent", "rental", "annual rent", "monthly rent", "yearly rent",
+        "شهري", "شهريا", "سنوي", "سنويا", "ايجار", "الايجار", "ايجار سنوي", "ايجار شهري",
+        "الايجار السنوي", "الايجار الشهري",
+    }
+)  # fmt: skip
+_CURRENCY_WORDS = frozenset({"sar", "sr", "riyal", "riyals", "ريال", "بالريال", "رس", "ر س"})
 _PRICE_SCALE = re.compile(r"[$€£]|000")  # a currency sign, or thousands ("SAR '000", "x1,000")
 _CURRENCY_SIGN = re.compile(r"[$€£¥₹]")
 
@@ -109,13 +119,19 @@ def other_unit(header: str, name: str) -> str | None:
     words = _OTHER_UNITS.get(name, ())
     for part in _BRACKETED.findall(header):
         key = f" {header_key(part)} "
-        if (name == "price" and _PRICE_SCALE.search(part)) or any(
+        if (name == "price" and (_PRICE_SCALE.search(part) or _price_of_what(key))) or any(
             f" {word} " in key for word in words
         ):
             return part
     if name == "price" and (sign := _CURRENCY_SIGN.search(header)):
         return sign.group()
     return None
+
+
+def _price_of_what(key: str) -> bool:
+    """Whether a bracketed part (its header_key, spaced) names only a metre or a period."""
+    words = [w for w in key.split() if w not in _CURRENCY_WORDS]
+    return " ".join(words) in _PRICE_OF_WHAT
 
 
 def header_key(header: str) -> str:

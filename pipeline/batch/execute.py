@@ -218,10 +218,15 @@ class Executor:
                     new = new.slice(group.height)
                     if stop is None and not new.is_empty():
                         ahead = self._write_ahead(self._batch_of(new))
+                    before = (self.scorer.balance(), self.budget.spent)
                     answers = self._send(group, rows_file)
                     yield answers, True
                     stop = stop or _stop_reason(answers)
-                    if stop is not None and stop[0] == SKIPPED_BALANCE and self._topped_up(new):
+                    if (
+                        stop is not None
+                        and stop[0] == SKIPPED_BALANCE
+                        and self._topped_up(new, *before)
+                    ):
                         stop = None
         finally:
             if ahead is not None:
@@ -241,13 +246,22 @@ class Executor:
             return None
         return _Ahead(batch, self.journal.write_rows_ahead(batch, batch["batch_key"][0]))
 
-    def _topped_up(self, new: pl.DataFrame) -> bool:
-        """Whether, the balance asked again after a batch cut short for lack of it, the next
-        row can be paid now: a top-up made during the run (nothing is in flight between
-        batches, so the balance asked is the balance now)."""
-        if new.is_empty() or self.scorer.refresh_balance() is None:
+    def _topped_up(self, new: pl.DataFrame, balance: int | None, spent: int) -> bool:
+        """Whether, the balance asked again after a batch cut short for lack of it, the
+        workspace was topped up during the batch (`balance` and `spent`: as the batch began)
+        and the next row can be paid now. Nothing is in flight between batches, so the
+        balance asked is the balance now."""
+        if new.is_empty() or balance is None:
             return False
-        return _affordable(new["cost"].head(1), self._available()) > 0
+        after = self.scorer.refresh_balance()
+        # More than the batch left: a balance that only looked enough (the reserve reached,
+        # requests in doubt holding some of it) would send the rest a few rows at a time.
+        left = balance - (self.budget.spent - spent)
+        return (
+            after is not None
+            and after > left
+            and _affordable(new["cost"].head(1), self._available()) > 0
+        )
 
     def _spendable(self, balance: int | None) -> int | None:
         return None if balance is None else max(balance - self.reserve, 0)

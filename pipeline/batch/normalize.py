@@ -55,6 +55,7 @@ from pipeline.engine.schema import REQUEST_SCHEMA
 __all__ = [
     "BOOLEAN_WORDS",
     "DOTTED_THOUSANDS",
+    "DOTTED_THOUSANDS_AREA",
     "TYPE_SYNONYMS",
     "ascii_digits",
     "normalize",
@@ -126,10 +127,14 @@ _GROUPED = (
 )  # fmt: skip
 _PLAIN = r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)" + _EXPONENT + "$"
 # One to three digits, a dot, exactly three digits: 950.000 is 950 or 950,000 depending on
-# where the file was made. A price never has three decimals, so it is read as neither; nor is
-# an area (1.250 is 1,250 m2 from a European-style export, not 1.25).
+# where the file was made. A price never has three decimals, so it is read as neither.
 DOTTED_THOUSANDS = r"^[+-]?[1-9][0-9]{0,2}\.[0-9]{3}$"
-_DOTTED_READ_AS_NEITHER = ("price", "area")
+# An area may have three decimals (a surveyed plot, 92.903 m2 converted from square feet),
+# but never as a number prints them ending in 0: "1.250" or "12.500" is text from an export
+# whose dot separates thousands (1,250 m2), or 1.25: read as neither. (A number cell or a
+# typed column prints 1.25.)
+DOTTED_THOUSANDS_AREA = r"^[+-]?[1-9][0-9]{0,2}\.[0-9]{2}0$"
+_DOTTED = {"price": DOTTED_THOUSANDS, "area": DOTTED_THOUSANDS_AREA}
 
 # Words removed wherever they occur in a number cell of the field (ASCII case ignored).
 _CURRENCY = ("ريال سعودي", "riyals", "riyal", "ر.س.", "ر.س", "ر. س", "ر س", "ريال", "s.r.", "s.r",
@@ -184,12 +189,10 @@ def normalize_column(cells: pl.Series, name: str, *, shortcuts: bool = True) -> 
         return _per_distinct(cells, transform, dtype)
     values = cells.cast(pl.Float64, strict=False)
     slow = values.is_null() & cells.is_not_null()
-    if (
-        name in _DOTTED_READ_AS_NEITHER
-    ):  # the float parser reads 950.000 as 950: the full path refuses it
+    if name in _DOTTED:  # the float parser reads 950.000 as 950: the full path refuses it
         small = (values.abs() < 1000).fill_null(False)  # only such values can read so
         if small.any():
-            dotted = cells.str.strip_chars().str.contains(DOTTED_THOUSANDS).fill_null(False)
+            dotted = cells.str.strip_chars().str.contains(_DOTTED[name]).fill_null(False)
             slow |= small & dotted
     if slow.any():
         typed = _per_distinct(cells.filter(slow), transform, dtype)
@@ -321,7 +324,7 @@ _GROUND_KEYS = _keys_of(GROUND_FLOOR)
 _FIELD_TRANSFORMS: dict[str, Callable[[pl.Series], pl.Series]] = {
     "type": _property_type,
     "price": lambda c: _number(c, units=_CURRENCY, multipliers=True, ambiguous=DOTTED_THOUSANDS),
-    "area": lambda c: _number(c, units=_AREA_UNITS, ambiguous=DOTTED_THOUSANDS),
+    "area": lambda c: _number(c, units=_AREA_UNITS, ambiguous=DOTTED_THOUSANDS_AREA),
     "bedrooms": _number,
     "bathrooms": _number,
     "floor": _floor,

@@ -20,8 +20,8 @@ class BatchOptions:
     encoding: str | None = None
     sheet: str | int | None = None
     csv_bom: bool = True
-    # decisions the run leaves in the workspace balance (--reserve), kept by the run against
-    # the ledger's balance; a remote scorer keeps it itself, against the balance its answers tell
+    # decisions the run leaves in the workspace balance (--reserve): each batch is cut to the
+    # balance above it; a remote scorer also keeps it request by request
     reserve: int = 0
     # how the rows left for lack of budget name it: a nightly job sets it in its configuration
     budget_named: str = "--budget"

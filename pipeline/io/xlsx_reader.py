@@ -215,8 +215,9 @@ def _tidied(raw: pl.DataFrame, sheet: SheetXml | None) -> pl.DataFrame:
     columns: dict[int, list[str | None]] = {}
     for row, column in kept:
         if column in changed and 0 <= row < raw.height:
-            cells = columns.setdefault(column, tidy.to_series(column).to_list())
-            cells[row] = raw[row, column]
+            if column not in columns:  # (setdefault would build the list again every time)
+                columns[column] = tidy.to_series(column).to_list()
+            columns[column][row] = raw[row, column]
     return tidy.with_columns(
         pl.Series(raw.columns[c], cells, dtype=pl.String) for c, cells in columns.items()
     )
