@@ -699,6 +699,24 @@ def test_a_missing_column_names_the_sheet_read_and_options_that_do_not_apply_war
     assert "(sheet 'Cover', the first with data; --sheet NAME reads another): no column for" in err
 
 
+def test_a_repeated_parquet_column_name_costs_only_those_columns_their_type(tmp_path, db):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = tmp_path / "typed.parquet"
+    arrays = [pa.array([101, 102]), pa.array(["Riyadh", "Jeddah"]), pa.array(["villa", "land"]),
+              pa.array([3_200_000.0, 900_000.0]), pa.array([400, 500]), pa.array(["a", "b"]),
+              pa.array(["c", "d"])]  # fmt: skip
+    names = ["listing_id", "city", "type", "price", "area", "note", "note"]
+    pq.write_table(pa.Table.from_arrays(arrays, names=names), source)
+    out = tmp_path / "scored.parquet"
+    assert score(db, str(source), "-o", str(out)) == 0
+    back = pl.read_parquet(out)
+    assert [back.schema[c] for c in ("listing_id", "price", "area", "note", "note_2")] == [
+        pl.Int64, pl.Float64, pl.Int64, pl.String, pl.String
+    ]  # fmt: skip
+
+
 def test_a_parquet_input_keeps_its_column_types_in_a_parquet_output_and_numbers_in_a_workbook(
     tmp_path, db
 ):

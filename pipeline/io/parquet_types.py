@@ -26,8 +26,26 @@ def typed_input(source: Path) -> pl.DataFrame | None:
         if all(dtype == pl.String for dtype in schema.values()):
             return None
         return pl.read_parquet(source)
+    except pl.exceptions.DuplicateError:
+        return _without_repeated_names(source)
     except (pl.exceptions.PolarsError, OSError):
         return None  # read as text already; the output keeps that text
+
+
+def _without_repeated_names(source: Path) -> pl.DataFrame | None:
+    """The file's columns whose name no other column has (those stay text), with their types:
+    one repeated name cost every column its type."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(source).read()
+    except (pa.ArrowException, OSError):
+        return None
+    names = table.column_names
+    kept = [i for i, name in enumerate(names) if names.count(name) == 1]
+    frame = pl.from_arrow(table.select(kept))
+    return frame if isinstance(frame, pl.DataFrame) else None
 
 
 # Excel keeps 15 significant digits: a longer integer (an ID, a phone number) stays text there.
