@@ -21,7 +21,8 @@ import httpx
 
 # (idempotency key, attempt number of that key from 1) -> action:
 #   "pass", "429" (before forwarding: not charged), "500" / "503" / "drop" (after the charge),
-#   "text score" / "fractional score" (the answer's score as text, or plus 0.6: after it)
+#   "text score" / "fractional score" / "huge score" (the answer's score as text, plus 0.6,
+#   or 1e20: after it), "object verdict" (the verdict inside an object: after it)
 Decide = Callable[[str, int], str]
 
 
@@ -83,10 +84,16 @@ class FaultProxy:
         if action in ("500", "503"):
             _write(writer, int(action), {"error": "internal_error", "message": "injected"})
             return True
-        if action in ("text score", "fractional score"):
+        if action in ("text score", "fractional score", "huge score", "object verdict"):
             decision = json.loads(answer.content)
+            if action == "object verdict":
+                decision["verdict"] = {"value": decision["verdict"]}
+                _write(writer, answer.status_code, decision)
+                return True
             score = decision["score"]
-            decision["score"] = str(score) if action == "text score" else score + 0.6
+            decision["score"] = {"text score": str(score), "huge score": 1e20}.get(
+                action, score + 0.6
+            )
             _write(writer, answer.status_code, decision)
             return True
         retry_after = answer.headers.get("retry-after")

@@ -159,21 +159,21 @@ def test_a_run_past_the_services_connection_limit_waits_for_connections(tmp_path
         assert outcome.exit_code == 0
         assert set(outcome.results["status"]) <= {"scored", "rejected"}
         assert PERHAPS_CHARGED not in dict(outcome.summary.notes)
-        assert scorer._slots.limit < 16  # fewer slots than --concurrency after the refusals
         charges = charges_by_key(service.ledger.entries("acme"))
         assert len(charges) == paid_rows(outcome) and set(charges.values()) == {1}
         assert service.balance() == 10_000 - paid_rows(outcome)
 
 
+@pytest.mark.parametrize("spoilt", ["text score", "huge score", "object verdict"])
 def test_an_answer_whose_score_is_not_a_number_fails_its_row_not_the_run(
-    tmp_path, service, small, engine
+    tmp_path, service, small, engine, spoilt
 ):
-    spoiled: set[str] = set()  # the first answer of five requests: "score": "75"
+    spoiled: set[str] = set()  # the first answer of five requests: "score": "75", or 1e20
 
     def decide(key: str, attempt: int) -> str:
         if attempt == 1 and (key in spoiled or len(spoiled) < 5):
             spoiled.add(key)
-            return "text score"
+            return spoilt
         return "fractional score"
 
     journal_path, out = tmp_path / "run.journal", tmp_path / "out.parquet"
@@ -317,6 +317,8 @@ def test_a_run_down_to_its_reserve_stops_there_not_a_few_rows_at_a_time(tmp_path
         assert isinstance(outcome, BatchOutcome) and outcome.exit_code == 3
         assert service.balance() == 5 and outcome.summary.decisions_spent == 15
         assert proxy.requests == 1 + 15 + 1  # who pays, the rows it affords, the balance again
+        skipped = outcome.results.filter(pl.col("status") == "skipped")["error_message"]
+        assert skipped.str.contains("is down to --reserve 5").all()
 
 
 def test_requests_in_doubt_left_out_of_a_resumed_file_are_replayed_when_they_return(

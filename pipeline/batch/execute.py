@@ -179,7 +179,7 @@ class Executor:
             parts.append(answers)
             handled += group.height
             progress(handled, self.budget.spent)
-            stop = stop or _stop_reason(answers)
+            stop = stop or _stop_reason(answers, self.reserve)
         journal_id = self.journal.journal_id if self.journal is not None else uuid.uuid4().hex
         new = pl.concat([triaged.new, *never_charged], how="vertical_relaxed")
         first_new = len(parts)
@@ -221,13 +221,17 @@ class Executor:
                     before = (self.scorer.balance(), self.budget.spent)
                     answers = self._send(group, rows_file)
                     yield answers, True
-                    stop = stop or _stop_reason(answers)
+                    sent_stopped = _stop_reason(answers, self.reserve)
+                    # Only a batch this run cut goes on after a top-up: rows the scorer left
+                    # in it are not sent again by this run, and later ones must not go first.
                     if (
-                        stop is not None
+                        sent_stopped is None
+                        and stop is not None
                         and stop[0] == SKIPPED_BALANCE
                         and self._topped_up(new, *before)
                     ):
                         stop = None
+                    stop = stop or sent_stopped
         finally:
             if ahead is not None:
                 ahead.discard(self.journal)
@@ -466,14 +470,16 @@ def _at_cost(answers: pl.DataFrame, group: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _stop_reason(answers: pl.DataFrame) -> tuple[str, str] | None:
+def _stop_reason(answers: pl.DataFrame, reserve: int = 0) -> tuple[str, str] | None:
+    """Why the rows after `answers` are not sent: what stopped the scorer in them."""
     skipped = answers.filter(pl.col("status") == "skipped")
     if skipped.is_empty():
         return None
     code = skipped["error_code"][0]
+    balance = f"is down to --reserve {reserve}" if reserve else "is spent"
     return code, {
         SKIPPED_BUDGET: budget_spent(),
-        SKIPPED_BALANCE: "the workspace balance is spent",
+        SKIPPED_BALANCE: f"the workspace balance {balance}",
     }.get(code, "sending stopped")
 
 

@@ -86,6 +86,7 @@ IN_DOUBT = "in_doubt"  # failed, perhaps charged: the next run sends it under th
 _REPLAYED = "_replayed"  # marks a scored row answered by a replay, until it is settled
 _INT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Int64())
 _FLOAT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Float64())
+_TEXT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.String())
 
 
 class ApiKey:
@@ -188,15 +189,24 @@ def _error_row(
 
 def _typed(row: dict[str, Any]) -> dict[str, Any]:
     """The row's numbers as its columns' types: whole numbers rounded (a score of 75.6 is 76,
-    as the spec's score may have decimals and our columns do not); TypeError for a value that
-    is no finite number (`"score": "75.5"`), which makes the answer no decision body."""
+    as the spec's score may have decimals and our columns do not); TypeError for a value
+    that is no finite number (`"score": "75.5"`, 1e20 past any column) or, in a text column,
+    no text (an object for a verdict), which makes the answer no decision body."""
     for name in _INT_COLUMNS.intersection(row):
         if row[name] is not None:
             row[name] = math.floor(_number(row[name], name) + 0.5)
+            if abs(row[name]) >= _INT64_LIMIT:  # no column holds it (a score of 1e20)
+                raise TypeError(f"{name} is out of range")
     for name in _FLOAT_COLUMNS.intersection(row):
         if row[name] is not None:
             row[name] = _number(row[name], name)
+    for name in _TEXT_COLUMNS.intersection(row):
+        if row[name] is not None and not isinstance(row[name], str):
+            raise TypeError(f"{name} is not text")
     return row
+
+
+_INT64_LIMIT = 2**63
 
 
 def _number(value: object, name: str) -> float:
@@ -508,6 +518,8 @@ class HttpScorer:
                 self._slots.give_back()
             if turned_away(answer):
                 self._slots.fewer()
+            else:
+                self._slots.served()
             self._gate.answered(hold, answer)
             return answer
 
@@ -551,7 +563,7 @@ class HttpScorer:
         if 200 <= status < 300:
             try:
                 scored = _scored(request_id, body)
-            except (KeyError, TypeError, AttributeError):
+            except (KeyError, TypeError, AttributeError, ValueError):
                 return _error_row(
                     request_id,
                     "failed",
