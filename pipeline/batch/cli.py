@@ -652,8 +652,7 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
 
 RUN_AGAIN = (
     "Some rows were not scored or explained: the budget or the balance ran out. Top up "
-    "(decisions workspace topup NAME N), raise BUDGET or lower --reserve if you gave one, "
-    "then run the same command again:"
+    "(decisions workspace topup NAME N) or raise BUDGET, then run the same command again:"
 )
 # Through a service the balance is the service's: a local top-up would not reach it.
 RUN_AGAIN_REMOTE = RUN_AGAIN.replace(
