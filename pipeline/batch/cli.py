@@ -438,11 +438,11 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     )
     _warn_unused_read_options(args)
     check_input(args.input)  # a missing or mislabelled file: before a journal is made for it
-    remote = remote_scorer_from_args(args, settings)
     if args.reserve < 0:
         raise UsageError("--reserve must be 0 or more decisions")
     # kept by the run between batches (and, remotely, by the scorer between requests too)
     options = replace(options, reserve=args.reserve)
+    remote = remote_scorer_from_args(args, settings)
     owner: str | None = None  # who pays: the remote key's workspace, or the local ledger's
     if remote is not None:
         scorer, workspace = remote, args.workspace

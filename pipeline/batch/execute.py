@@ -291,8 +291,7 @@ class Executor:
             reason = (SKIPPED_BUDGET, budget_spent(self.budget.in_doubt))
         else:  # what is left once the rows sent are paid, not what there was before them
             left = None if balance is None else balance - int(costs.head(rows).sum())
-            spent = f"is down to --reserve {self.reserve}" if self.reserve else "is spent"
-            reason = (SKIPPED_BALANCE, f"the workspace balance ({left}) {spent}")
+            reason = (SKIPPED_BALANCE, _balance_stop(self.reserve, left))
         return batch.head(rows), reason
 
     def _doubt_groups(
@@ -476,11 +475,16 @@ def _stop_reason(answers: pl.DataFrame, reserve: int = 0) -> tuple[str, str] | N
     if skipped.is_empty():
         return None
     code = skipped["error_code"][0]
-    balance = f"is down to --reserve {reserve}" if reserve else "is spent"
     return code, {
         SKIPPED_BUDGET: budget_spent(),
-        SKIPPED_BALANCE: f"the workspace balance {balance}",
+        SKIPPED_BALANCE: _balance_stop(reserve),
     }.get(code, "sending stopped")
+
+
+def _balance_stop(reserve: int, left: int | None = None) -> str:
+    """Why rows are not sent for lack of balance: spent, or down to --reserve."""
+    balance = "the workspace balance" if left is None else f"the workspace balance ({left})"
+    return f"{balance} is down to --reserve {reserve}" if reserve else f"{balance} is spent"
 
 
 def _empty() -> pl.DataFrame:

@@ -26,7 +26,7 @@ def read_parquet(path: Path) -> tuple[list[str | None], pl.DataFrame, dict[str, 
         frame = pl.read_parquet(path)
         headers: list[str | None] = list(frame.columns)
     except pl.exceptions.DuplicateError:
-        headers, frame = _with_repeated_names(path)
+        headers, frame = with_repeated_names(path)
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise InputError(f"{path}: cannot be read as Parquet ({_first_line(exc)})") from exc
     nested = [name for name, s in zip(headers, frame, strict=True) if s.dtype.is_nested()]
@@ -46,10 +46,10 @@ def read_parquet(path: Path) -> tuple[list[str | None], pl.DataFrame, dict[str, 
     return headers, pl.DataFrame(texts), {}
 
 
-def _with_repeated_names(path: Path) -> tuple[list[str | None], pl.DataFrame]:
-    """The names and columns (by position) of a file with two columns of one name (pyarrow
-    writes them, polars refuses them), which are read as `note`, `note_2` as a CSV's or a
-    workbook's repeated headers are."""
+def with_repeated_names(path: Path) -> tuple[list[str | None], pl.DataFrame]:
+    """The names and columns (named `c0`, `c1`... by position) of a file with two columns of
+    one name (pyarrow writes them, polars refuses them), which are read as `note`, `note_2`
+    as a CSV's or a workbook's repeated headers are."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.batch.result_columns import RESULT_COLUMNS, clash_free_names
-from pipeline.io.parquet_reader import as_text
+from pipeline.errors import InputError
+from pipeline.io.parquet_reader import as_text, with_repeated_names
 
 
 def typed_input(source: Path) -> pl.DataFrame | None:
@@ -35,17 +36,13 @@ def typed_input(source: Path) -> pl.DataFrame | None:
 def _without_repeated_names(source: Path) -> pl.DataFrame | None:
     """The file's columns whose name no other column has (those stay text), with their types:
     one repeated name cost every column its type."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
-        table = pq.ParquetFile(source).read()
-    except (pa.ArrowException, OSError):
+        names, frame = with_repeated_names(source)
+    except InputError:
         return None
-    names = table.column_names
-    kept = [i for i, name in enumerate(names) if names.count(name) == 1]
-    frame = pl.from_arrow(table.select(kept))
-    return frame if isinstance(frame, pl.DataFrame) else None
+    return frame.select(
+        pl.col(f"c{i}").alias(str(name)) for i, name in enumerate(names) if names.count(name) == 1
+    )
 
 
 # Excel keeps 15 significant digits: a longer integer (an ID, a phone number) stays text there.

@@ -99,8 +99,6 @@ def remote_scorer_from_args(
     concurrency = args.concurrency or settings.batch.concurrency
     if not 1 <= concurrency <= 256:
         raise UsageError("--concurrency must be between 1 and 256")
-    if args.reserve < 0:
-        raise UsageError("--reserve must be 0 or more decisions")
     from pipeline.batch.scorers.http import HttpScorer, RemoteConfig
 
     config = RemoteConfig(base_url=url, concurrency=concurrency, reserve=args.reserve)
