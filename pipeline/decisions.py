@@ -18,7 +18,7 @@ from pipeline.engine.batching import MicroBatcher
 from pipeline.engine.engine import Engine
 from pipeline.engine.models import DecisionRequest
 from pipeline.engine.request import checked_row, parse_request
-from pipeline.errors import LedgerBusy
+from pipeline.errors import InsufficientDecisions, LedgerBusy, PipelineError, RequestValidationError
 from pipeline.ledger.base import Charge, ChargeRequest, Ledger, cost_of
 
 
@@ -56,6 +56,13 @@ class DecisionDesk:
     def balance(self, workspace: str) -> int:
         return self.ledger.workspace(workspace).balance
 
+    def spent(self, workspace: str) -> bool:
+        """Whether the workspace's balance is zero (a workspace that cannot be read: no)."""
+        try:
+            return self.balance(workspace) == 0
+        except PipelineError:
+            return False
+
     async def decide_async(
         self,
         body: bytes | str | dict[str, Any],
@@ -76,7 +83,12 @@ class DecisionDesk:
         nothing was charged. (Evaluating while the charge commits was measured slower: the
         writer thread then waits for the GIL behind the loop.) Any other engine runs after
         the charge, in a worker thread, and a failure refunds the charge."""
-        request, row, wanted = _admit(body, idempotency_key, key_prefix)
+        try:
+            request, row, wanted = _admit(body, idempotency_key, key_prefix)
+        except RequestValidationError:
+            if self.spent(workspace):  # spec, section 8: at zero, every request is 402
+                raise InsufficientDecisions(requested_cost(body), 0) from None
+            raise
         inline = getattr(self.engine, "inline", False)
         evaluated = self.engine.evaluate(request, checked_row=row) if inline else None
         charge = self._charge_now(workspace, wanted) if commit_inline else None
@@ -117,6 +129,16 @@ class DecisionDesk:
 
 
 REFUND_NOTE = "the request failed after its charge"
+
+
+def requested_cost(body: bytes | str | dict[str, Any] | None) -> int:
+    """What a request refused before its charge would have cost, as far as its body tells."""
+    try:
+        parsed = body if isinstance(body, dict) else json.loads(body or b"")
+        reasoning = parsed.get("reasoning")
+    except (ValueError, AttributeError, RecursionError):  # nested past Python's stack
+        reasoning = None
+    return cost_of(reasoning is True)
 
 
 def _admit(

@@ -72,6 +72,12 @@ def test_scoring_then_reasoning_then_402(db, capsys, stdin):
     assert body["error"] == "insufficient_decisions"
     assert (body["required"], body["balance"]) == (1, 0)
 
+    # At zero every request is 402, an invalid one too (spec, section 8), as the service says
+    stdin({**VILLA, "reasoning": True, "property": {**VILLA["property"], "price": "abc"}})
+    code, body = decide(db, VILLA, capsys)
+    assert code == 3
+    assert (body["error"], body["required"], body["balance"]) == ("insufficient_decisions", 3, 0)
+
 
 def test_an_invalid_request_is_not_charged(db, capsys, stdin):
     stdin({**VILLA, "property": {**VILLA["property"], "area": -1}})
@@ -213,3 +219,19 @@ def test_a_type_the_citys_deeds_do_not_price_has_no_benchmark(db, capsys, stdin)
     assert "No benchmark exists for an apartment in" in reasoning["reasoning_en"]
     assert "above the median" not in reasoning["reasoning_en"]
     assert "لا يوجد مؤشر للشقق في" in reasoning["reasoning_ar"]
+
+
+def test_a_location_scored_on_its_citys_deeds_says_so_without_a_type_benchmark(db, capsys, stdin):
+    """QA 49: an unknown district in a city whose deeds do not price the type: the location
+    bucket takes the city's deeds, cut to 0.9, and the flag saying so was missing."""
+    office = {
+        "property": {"type": "office", "price": 7_000, "area": 1_655},
+        "location": {"city": "رنيه", "district": "حي غير موجود"},
+        "reasoning": True,
+    }
+    stdin(office)
+    code, body = decide(db, office, capsys)
+    assert code == 0
+    assert body["benchmark"] is None
+    flags = body["reasoning"]["risk_flags"]
+    assert "city_level_benchmark" in flags and "no_type_benchmark" in flags

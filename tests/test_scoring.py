@@ -221,3 +221,15 @@ def test_a_large_frame_scored_by_the_streaming_engine_scores_as_small_frames():
     )
     small = pl.concat([score_frame(part) for part in big.iter_slices(STREAMING_FROM_ROWS // 2)])
     assert score_frame(big).equals(small)
+
+
+def test_a_true_half_halala_rounds_up_in_both_renderings():
+    # 426,107.73 SAR over 1,294 m2 is 329.295 SAR a m2, which floats compute as 329.2949999...
+    row = request_row(price=426_107.73, area=1_294.0)
+    assert score_frame(market_frame([row]))["price_per_sqm"].to_list() == [329.30]
+    assert score_row(market_frame([row]).row(0, named=True))["price_per_sqm"] == 329.30
+    # 1,034.5 x 2.13 = 2,203.485 (an apartment's p75 in الخفجي / الملك فهد)
+    market = {**DISTRICT_MARKET, "benchmark_p75_sqm": 1_034.5, "type_factor": 2.13}
+    scored = score_frame(market_frame([request_row()], market))
+    assert scored.select(reported_percentiles())["benchmark_p75_sqm"].to_list() == [2_203.49]
+    assert reported_percentiles_row(scored.row(0, named=True))["benchmark_p75_sqm"] == 2_203.49

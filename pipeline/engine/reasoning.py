@@ -180,7 +180,7 @@ def risk_flags(row: Mapping[str, Any]) -> list[str]:
         flags.append("no_benchmark")
     else:
         priced = row["benchmark_median_sqm"] is not None
-        if level == "city" and priced:  # (without percentiles no benchmark was used)
+        if level == "city":  # the location bucket's cut, with or without the type's percentiles
             flags.append("city_level_benchmark")
         if row["benchmark_transaction_count"] < THIN_MARKET_DEEDS:
             flags.append("thin_market")

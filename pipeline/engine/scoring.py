@@ -86,13 +86,18 @@ def _ppsqm() -> pl.Expr:
     return pl.col("price") / pl.col("area")
 
 
+HALALA_SNAP = 6  # decimals of a halala kept before rounding to the halala (see `_halala`)
+
+
 def _halala(expr: pl.Expr) -> pl.Expr:
     """To two decimals, half up, as reported: the price bucket compares the price per m2 and
     the percentiles as the answer shows them, so the spec's 'at or below p25' and 'above p75'
     hold of the figures a reader sees (floor(x + 0.5): the same in both renderings)."""
-    # polars divides by a literal as a multiplication by its inverse (2233 * 0.01 is
+    # x * 100 is first put back on the millionth of a halala: a true half (329.295, a price
+    # over an area, or a percentile times a factor) computes as 32929.499999999996. polars
+    # divides by a literal as a multiplication by its inverse (2233 * 0.01 is
     # 22.330000000000002): round(2) puts the value back on the nearest two-decimal float.
-    return ((expr * 100 + 0.5).floor() / 100).round(2)
+    return (((expr * 100).round(HALALA_SNAP) + 0.5).floor() / 100).round(2)
 
 
 # -- one row: the helpers behave like the polars operations above, nulls (None) included ------
@@ -126,7 +131,9 @@ def _ppsqm_row(row: Row) -> float:
 
 
 def _halala_row(x: float) -> float:
-    return round(math.floor(x * 100 + 0.5) / 100, 2) if math.isfinite(x) else x
+    if not math.isfinite(x):
+        return x
+    return round(math.floor(round(x * 100, HALALA_SNAP) + 0.5) / 100, 2)
 
 
 def type_adjusted_row(row: Row, name: str) -> float | None:

@@ -11,15 +11,14 @@ earlier is still replayed under its Idempotency-Key.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pipeline.decisions import Decision
+from pipeline.decisions import Decision, requested_cost
 from pipeline.errors import InsufficientDecisions, PipelineError, RequestValidationError
 from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey
-from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, cost_of, valid_idempotency_key
+from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, valid_idempotency_key
 from pipeline.ledger.key_text import looks_like_key, redact_keys
 from pipeline.service.errors import ApiError, internal_error, translate
 from pipeline.service.rate_limit import RateLimit, retry_after
@@ -43,6 +42,8 @@ class Decider(Protocol):
     ) -> Decision: ...
 
     def balance(self, workspace: str) -> int: ...
+
+    def spent(self, workspace: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -165,15 +166,6 @@ def check_rate(limit: RateLimit, workspace: str) -> None:
         )
 
 
-def _cost(body: bytes | None) -> int:
-    """What a request refused before its charge would have cost, as far as its body tells."""
-    try:
-        reasoning = json.loads(body or b"").get("reasoning")
-    except (ValueError, AttributeError, RecursionError):  # nested past Python's stack
-        reasoning = None
-    return cost_of(reasoning is True)
-
-
 class DecisionHandler:
     def __init__(
         self,
@@ -221,8 +213,8 @@ class DecisionHandler:
             return decision.body
         except (ApiError, RequestValidationError) as refused:
             paced = isinstance(refused, ApiError) and refused.status == 429  # told when to return
-            if caller is not None and not paced and self._spent(caller.workspace):
-                raise translate(InsufficientDecisions(_cost(incoming.body), 0)) from None
+            if caller is not None and not paced and self.desk.spent(caller.workspace):
+                raise translate(InsufficientDecisions(requested_cost(incoming.body), 0)) from None
             if isinstance(refused, ApiError):
                 raise
             raise translate(refused) from None
@@ -234,13 +226,6 @@ class DecisionHandler:
                 prefix = caller.key_prefix if caller else "-"
                 log.error("unexpected %s for key %s", type(exc).__name__, prefix)
             raise error from None
-
-    def _spent(self, workspace: str) -> bool:
-        """Whether the workspace's balance is zero (a workspace that cannot be read: no)."""
-        try:
-            return self.desk.balance(workspace) == 0
-        except PipelineError:
-            return False
 
     async def _decide(
         self, body: bytes, caller: Caller, idempotency_key: str | None, alone: bool
