@@ -824,6 +824,65 @@ def test_parquet_bytes_and_durations_pass_through_as_text_and_keep_their_type_in
     assert text["time_on_market"].to_list() == ["P3D", "PT1H30M"]
 
 
+def test_a_binary_text_column_keeps_its_text_when_one_value_is_in_another_encoding(tmp_path, db):
+    """QA 51: one Windows-1256 city in a binary column (as Hive writes strings) made every city
+    hex, each row then scored and charged as an unknown place."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = tmp_path / "hive.parquet"
+    cities = [b"Riyadh", b"Jeddah", "الرياض".encode("cp1256")]
+    table = pa.table(
+        {
+            "type": ["apartment", "villa", "apartment"],
+            "price": [950_000, 2_500_000, 800_000],
+            "area": [140, 300, 120],
+            "city": pa.array(cities, pa.binary()),
+        }
+    )
+    pq.write_table(table, source)
+    out = tmp_path / "scored.csv"
+    assert score(db, str(source), "-o", str(out)) == 0
+    back = pl.read_csv(out, infer_schema=False)
+    assert back["city"].to_list() == ["Riyadh", "Jeddah", "0xc7e1d1edc7d6"]
+    assert back["status"].to_list() == ["scored", "scored", "rejected"]
+    assert back["benchmark_median_sqm"].is_not_null().to_list() == [True, True, False]
+    assert "location.city must be a name, not bytes in hex" in back["error_message"][2]
+    assert back["decisions_used"].to_list() == ["1", "1", "0"]
+
+
+def test_parquet_decimals_read_as_the_numbers_they_are(tmp_path, db):
+    """QA 51: a decimal(10,3) area printed 140.000 and was refused as reading two ways; a
+    decimal(38,0) ID became a rounded number in the workbook."""
+    from decimal import Decimal
+
+    source = tmp_path / "warehouse.parquet"
+    pl.DataFrame(
+        {
+            "national_id": pl.Series(
+                [Decimal("9665012345678901234"), Decimal("1000000000000000001")],
+                dtype=pl.Decimal(38, 0),
+            ),
+            "type": ["apartment", "villa"],
+            "price": pl.Series(
+                [Decimal("950000.00"), Decimal("2500000.50")], dtype=pl.Decimal(12, 2)
+            ),
+            "area": pl.Series([Decimal("140.000"), Decimal("300.500")], dtype=pl.Decimal(10, 3)),
+            "city": ["Riyadh", "Riyadh"],
+        }
+    ).write_parquet(source)
+    book, parquet = tmp_path / "scored.xlsx", tmp_path / "scored.parquet"
+    assert score(db, str(source), "-o", str(book), "-o", str(parquet)) == 0
+    back = pl.read_parquet(parquet)
+    assert back["status"].to_list() == ["scored", "scored"]
+    assert back["price_per_sqm"].to_list() == [6785.71, 8319.47]  # 2,500,000.50 / 300.5
+    assert_frame_equal(back.select(back.columns[:5]), pl.read_parquet(source))
+    results = openpyxl.load_workbook(book)["Results"]
+    ids = [results.cell(row, 1).value for row in (2, 3)]
+    assert ids == ["9665012345678901234", "1000000000000000001"]  # text: Excel keeps 15 digits
+    assert [results.cell(row, 4).value for row in (2, 3)] == [140, 300.5]
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [

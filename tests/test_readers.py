@@ -700,8 +700,10 @@ def test_parquet_bytes_and_durations_read_as_text(tmp_path: Path) -> None:
     pl.DataFrame(
         {
             "price": ["1", "2", "3"],
-            "photo": [b"\xff\xd8\xff", b"", None],  # not UTF-8: hex, the whole column
+            "photo": [b"\xff\xd8\xff", b"", None],  # not UTF-8: hex
             "code": [b"RUH-1", b"", None],  # UTF-8 text stored as bytes: that text
+            "district": [b"Al Malqa", "العليا".encode("cp1256"), b"Hittin"],  # text, mostly
+            "checksum": [b"\xff\x01", b"AB", b"\xfe\x80"],  # bytes, one of them UTF-8 by chance
             "on_market": pl.Series(
                 [dt.timedelta(days=3), dt.timedelta(seconds=-1.5), None], dtype=pl.Duration("us")
             ),
@@ -713,6 +715,8 @@ def test_parquet_bytes_and_durations_read_as_text(tmp_path: Path) -> None:
             "price": ["1", "2", "3"],
             "photo": ["0xffd8ff", None, None],
             "code": ["RUH-1", None, None],
+            "district": ["Al Malqa", "0xc7e1dae1edc7", "Hittin"],
+            "checksum": ["0xff01", "0x4142", "0xfe80"],
             "on_market": ["P3D", "-PT1.5S", None],
         },
     )

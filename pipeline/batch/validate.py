@@ -25,15 +25,22 @@ _EXPECTED = {pl.Float64(): "a number", pl.Boolean(): "yes or no"}
 # that found no district). A number or yes/no field cannot read one; a name field would take
 # it for a name, so it is refused there too.
 EXCEL_ERROR = r"^#(?:N/A|DIV/0!|VALUE!|REF!|NAME\?|NUM!|NULL!|SPILL!|CALC!|GETTING_DATA)$"
-_NOT_AN_ERROR = "a name, not an Excel error value (a formula that failed in the sheet)"
+# Bytes that are not UTF-8 text, as the Parquet reader shows them (see pipeline.io.parquet_reader)
+NOT_TEXT = r"^0x(?:[0-9a-f]{2})+$"
+_NAME_NOT = {
+    EXCEL_ERROR: "a name, not an Excel error value (a formula that failed in the sheet)",
+    NOT_TEXT: "a name, not bytes in hex (a binary value that is not UTF-8 text)",
+}
 
-# (column, what it must be) for the cells a reader hands over as text and normalisation types,
-# and for the name fields, which take any text but an error value, in request order.
-_TYPED = [
-    (column, _EXPECTED.get(dtype, _NOT_AN_ERROR))
-    for column, dtype in REQUEST_SCHEMA.items()
-    if (dtype in _EXPECTED and column != "reasoning") or column in ("city", "district")
-]
+# (column, what it must be, pattern) for the cells a reader hands over as text and
+# normalisation types (no pattern: a cell with text but no typed value), and for the name
+# fields, which take any text but what a pattern finds, in request order.
+_TYPED: list[tuple[str, str, str | None]] = []
+for _column, _dtype in REQUEST_SCHEMA.items():
+    if _dtype in _EXPECTED and _column != "reasoning":
+        _TYPED.append((_column, _EXPECTED[_dtype], None))
+    elif _column in ("city", "district"):
+        _TYPED += [(_column, what, pattern) for pattern, what in _NAME_NOT.items()]
 
 
 # A number written the European way (1.250.000,50 or 140,5), or a price like 950.000 whose
@@ -51,12 +58,12 @@ _SEPARATORS_RULE = (
 def _unreadable_cell(raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnMap) -> pl.Series:
     """Index into _TYPED of the first cell that has text but no typed value; null if none."""
     checks = []
-    for i, (column, _) in enumerate(_TYPED):
+    for i, (column, _, pattern) in enumerate(_TYPED):
         header = mapping.fields.get(column)
         if header is None:
             continue
-        if _TYPED[i][1] == _NOT_AN_ERROR:
-            unread = raw[header].str.contains(EXCEL_ERROR).fill_null(False)
+        if pattern is not None:
+            unread = raw[header].str.contains(pattern).fill_null(False)
         else:  # readers turn blank cells into nulls (io.read.finish_frame): a cell has text
             unread = raw[header].is_not_null() & requests[column].is_null()
         checks.append(pl.when(unread).then(pl.lit(i, pl.Int32)))
@@ -89,11 +96,11 @@ def reject_reasons(
     # Messages only for the rows that need one (a file has few): then back to every row.
     picked = bad.arg_true()
     raw, unread, broken = raw[picked], unread.gather(picked), broken[picked]
-    columns = [c for c, _ in _TYPED]
+    columns = [c for c, _, _ in _TYPED]
     unread_field = pl.Series([FIELD_PATHS[c] for c in columns]).gather(unread)
     unread_column = pl.Series(columns).gather(unread)
     unread_rule = pl.Series(
-        [f"{FIELD_PATHS[c]} must be {what}" for c, what in _TYPED], dtype=pl.String
+        [f"{FIELD_PATHS[c]} must be {what}" for c, what, _ in _TYPED], dtype=pl.String
     ).gather(unread)
 
     where = row_numbers.gather(picked).cast(pl.String)  # the rejected rows' only
@@ -115,7 +122,7 @@ def reject_reasons(
     frame = frame.with_columns(header=headers, value=values, empty=empty)
     written = ascii_digits(pl.col("value"))  # ٩٥٠٫٠٠٠ reads two ways as 950.000 does
     separators = pl.col("is_unread") & written.str.contains(_SEPARATORS).fill_null(False)
-    number_fields = [FIELD_PATHS[c] for c, what in _TYPED if what == _EXPECTED[pl.Float64()]]
+    number_fields = [FIELD_PATHS[c] for c, what, _ in _TYPED if what == _EXPECTED[pl.Float64()]]
     frame = frame.with_columns(
         rule=pl.when(separators & pl.col("error_field").is_in(number_fields))
         .then(pl.format(_SEPARATORS_RULE, pl.col("error_field")))

@@ -4,11 +4,14 @@ Casting follows polars: numbers print as the shortest decimal that reads back th
 (``1500000.0``, ``1e+20``), booleans as ``true``/``false``, dates as ISO. Times and datetimes
 (without a time zone) print as ISO with a fraction of a second only when they have one
 (``2024-05-01 13:30:00``, ``23:59:59.500``): polars' own text pads every datetime with six
-zeros and cuts a time's fraction off. Durations print as ISO 8601 (``P3D``, ``PT1H30M``,
-``PT1.5S``), which no spreadsheet takes for a number. A binary column holding UTF-8 text (as
-some writers store strings) reads as that text; any other binary column (a UUID as 16 bytes, a
-checksum) reads as ``0x`` and lowercase hex (``0x1f8b...``), every value of it, and an empty
-value as empty. A nested column (list, struct) cannot become text and is refused.
+zeros and cuts a time's fraction off. Decimals print as numbers do, without trailing zeros
+(``140.000`` is ``140``, ``300.500`` is ``300.5``). Durations print as ISO 8601 (``P3D``,
+``PT1H30M``, ``PT1.5S``), which no spreadsheet takes for a number. A binary column holding
+UTF-8 text (as Hive and Impala store strings) reads as that text, and a value of it that is not
+UTF-8 (text in another encoding) as ``0x`` and lowercase hex (``0x1f8b...``), which no name or
+number field takes; a binary column of bytes (a UUID as 16 bytes, a checksum: most values not
+UTF-8) reads as hex, every value of it, and an empty value as empty. A nested column (list,
+struct) cannot become text and is refused.
 """
 
 from __future__ import annotations
@@ -74,15 +77,30 @@ def as_text(column: pl.Series) -> pl.Series:
         return column.dt.to_string("iso")
     if dtype == pl.Binary:
         return _binary_as_text(column)
+    if isinstance(dtype, pl.Decimal):  # polars prints the scale's zeros: 140.000
+        return column.cast(pl.String).str.replace(r"\.0+$|(\.[0-9]*?)0+$", "${1}")
     return column.cast(pl.String)
 
 
 def _binary_as_text(column: pl.Series) -> pl.Series:
     try:
         return column.cast(pl.String)  # UTF-8 text stored as bytes
-    except pl.exceptions.ComputeError:  # not UTF-8: bytes, shown as an analyst's tools show them
-        digits = column.bin.encode("hex")
-        return ("0x" + digits).zip_with(digits != "", digits).alias(column.name)
+    except pl.exceptions.ComputeError:
+        pass
+    digits = column.bin.encode("hex")
+    as_hex = ("0x" + digits).zip_with(digits != "", digits).alias(column.name)
+    texts = [_utf8(value) for value in column.to_list()]
+    decoded = sum(bool(text) for text in texts)
+    if decoded < (digits != "").sum() / 2:  # bytes, shown as an analyst's tools show them
+        return as_hex
+    return pl.Series(column.name, texts, dtype=pl.String).fill_null(as_hex)  # text, mostly
+
+
+def _utf8(value: bytes | None) -> str | None:
+    try:
+        return None if value is None else value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _first_line(exc: Exception) -> str:

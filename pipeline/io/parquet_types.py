@@ -50,11 +50,15 @@ _EXCEL_DIGITS = 10**15
 
 
 def _fits_a_spreadsheet(column: pl.Series) -> bool:
-    """A number column that a workbook holds as the numbers it has: not a long integer that
-    Excel would round."""
+    """A number column that a workbook holds as the numbers it has: not a long integer, or a
+    decimal of more digits, that Excel would round."""
     if column.dtype.is_integer():
         largest = column.cast(pl.Float64).abs().max()
         return largest is None or float(largest) < _EXCEL_DIGITS  # type: ignore[arg-type]
+    if isinstance(column.dtype, pl.Decimal):
+        largest = column.abs().max()
+        scale = column.dtype.scale or 0
+        return largest is None or largest * 10**scale < _EXCEL_DIGITS  # type: ignore[operator]
     return column.dtype.is_numeric()
 
 
