@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pipeline.service.limits import ConnectionLimits
-from tests.test_service_fixtures import VALID, FakeEngine, Service, running_service
+from tests.test_service_fixtures import VALID, FakeEngine, Service, SlowEngine, running_service
 
 HEAD_S = 0.5
 REQUEST_S = 1.0
@@ -129,6 +129,20 @@ def test_a_request_pipelined_behind_an_answered_one_is_timed_as_well(service):
         assert status == 200
         assert_timed_out(client, "request")
         assert time.monotonic() - started < REQUEST_S + 2
+
+
+def test_a_client_that_closes_its_side_after_the_request_still_gets_its_answer(tmp_path):
+    """QA 52: a half-close (shutdown of the sending side, as HTTP/1.1 allows) while the request
+    was evaluated closed the connection: the decision was charged and its answer dropped."""
+    engine = SlowEngine(0.3)  # evaluated after the charge, while the end of the request arrives
+    with running_service(tmp_path, engine) as slow:
+        sock = connect(slow)
+        sock.sendall(request_head(slow) + BODY)
+        sock.shutdown(socket.SHUT_WR)
+        status, _, body = read_answer(sock)
+        assert (status, body["decisions_remaining"]) == (200, 99)
+        assert sock.recv(1) == b""  # then closed
+        assert slow.balance() == 99
 
 
 def test_a_client_that_reads_none_of_its_answers_is_closed(service):

@@ -117,6 +117,19 @@ class GuardedH11Protocol(H11Protocol):
             return
         super().data_received(data)
 
+    def eof_received(self) -> bool | None:
+        """A client that closes its side once its request is sent (a half-close, which HTTP/1.1
+        allows) still reads: its answer, paid for, is sent, then the connection closed; a
+        request pipelined behind it is not started. (uvicorn closed at once: the request was
+        charged and its answer dropped.)"""
+        cycle = self.cycle
+        answering = cycle is not None and not cycle.response_complete
+        if self._turned_away or not answering or self.conn.their_state is not h11.DONE:
+            return None  # nothing (more) to answer: closed now
+        assert cycle is not None
+        cycle.keep_alive = False  # (h11 told of the end instead loops for ever in uvicorn)
+        return True
+
     def handle_events(self) -> None:
         # Called for data received, and once an answer is complete for a request that came
         # pipelined behind it (already read: it would otherwise never be timed).
