@@ -18,7 +18,13 @@ from pipeline.engine.batching import MicroBatcher
 from pipeline.engine.engine import Engine
 from pipeline.engine.models import DecisionRequest
 from pipeline.engine.request import checked_row, parse_request
-from pipeline.errors import InsufficientDecisions, LedgerBusy, PipelineError, RequestValidationError
+from pipeline.errors import (
+    ChargeNotRefunded,
+    InsufficientDecisions,
+    LedgerBusy,
+    PipelineError,
+    RequestValidationError,
+)
 from pipeline.ledger.base import Charge, ChargeRequest, Ledger, cost_of
 
 
@@ -104,9 +110,12 @@ class DecisionDesk:
                 answer = json.dumps(response)
                 if not (commit_inline and self._complete_now(workspace, idempotency_key, answer)):
                     await self._completions.submit_async((workspace, idempotency_key, answer))
-        except BaseException:
+        except BaseException as failure:
             if not charge.replayed:
-                await asyncio.to_thread(self.ledger.refund, charge.entry_id, REFUND_NOTE)
+                try:
+                    await asyncio.to_thread(self.ledger.refund, charge.entry_id, REFUND_NOTE)
+                except Exception as refund_failed:
+                    raise _not_refunded(charge, idempotency_key, refund_failed) from failure
             raise
         return Decision(response, replayed=charge.replayed)
 
@@ -129,6 +138,22 @@ class DecisionDesk:
 
 
 REFUND_NOTE = "the request failed after its charge"
+
+
+def _not_refunded(
+    charge: Charge, idempotency_key: str | None, error: Exception
+) -> ChargeNotRefunded:
+    if idempotency_key is not None:
+        again = (
+            "send the request again with the same Idempotency-Key once the service is back: "
+            "it is answered without a new charge"
+        )
+    else:
+        again = f"its ledger entry is {charge.entry_id}"
+    return ChargeNotRefunded(
+        f"this request was charged and failed before its answer, and the refund could not be "
+        f"written ({error}): the charge stands; {again}"
+    )
 
 
 def requested_cost(body: bytes | str | dict[str, Any] | None) -> int:

@@ -140,6 +140,16 @@ class LedgerBusy(LedgerError):
     code = "ledger_busy"
 
 
+class LedgerUnavailable(LedgerError):
+    """The ledger cannot be written (a full disk, a file made read-only, moved or deleted)."""
+
+    code = "ledger_unavailable"
+
+
+class ChargeNotRefunded(LedgerUnavailable):
+    """A request failed after its charge, and the ledger could not take the refund."""
+
+
 class Interrupted(PipelineError):
     """A batch run stopped by Ctrl-C or a stop signal (SIGTERM: cron, systemd, a timeout)."""
 

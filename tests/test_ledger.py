@@ -17,6 +17,7 @@ from pipeline.errors import (
     IdempotencyKeyReused,
     InsufficientDecisions,
     LedgerBusy,
+    LedgerUnavailable,
     RequestInProgress,
     UnknownWorkspace,
     UsageError,
@@ -286,3 +287,26 @@ def test_a_ledger_opened_while_another_run_makes_the_same_new_file_waits_for_it(
         committing.join()
         first.close()
     assert ledger.workspace("w").balance == 10
+
+
+def test_a_ledger_that_cannot_be_written_refuses_whole_and_works_again_after(tmp_path):
+    """QA 52: a full disk was a sqlite3 error (a traceback, a 500 saying the evaluation failed),
+    and a COMMIT that failed was not rolled back. SQLite's page limit stands for the disk."""
+    ledger = SqliteLedger(tmp_path / "ledger.db")
+    ledger.create_workspace("acme", 10_000)
+    connections = [ledger._connections.get(waits=wait) for wait in (True, False)]
+    pages = connections[0].execute("PRAGMA page_count").fetchone()[0]
+    for db in connections:
+        db.execute(f"PRAGMA max_page_count = {pages}")
+    charged = 0
+    with pytest.raises(LedgerUnavailable, match=r"database or disk is full.*charge was not made"):
+        for n in range(1_000):
+            ledger.charge("acme", ChargeRequest(cost=1, idempotency_key=f"k{n}", fingerprint="f"))
+            charged += 1
+    assert ledger.workspace("acme").balance == 10_000 - charged
+    assert len(ledger.entries("acme")) == 1 + charged
+    for db in connections:
+        db.execute("PRAGMA max_page_count = 1000000")
+        assert not db.in_transaction
+    ledger.charge("acme", ChargeRequest(cost=1, idempotency_key="after", fingerprint="f"))
+    assert ledger.workspace("acme").balance == 9_999 - charged

@@ -382,6 +382,43 @@ def test_engine_failure_is_a_bare_500_and_refunded(
     assert svc.key[3:] not in caplog.text
 
 
+class LedgerMovingEngine(FakeEngine):
+    """Evaluates while an operator moves the ledger file away (after the request's charge)."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+
+    def evaluate(self, request):  # type: ignore[no-untyped-def]
+        self.db.rename(self.db.with_name("moved.db"))
+        return super().evaluate(request)
+
+
+def test_a_ledger_moved_while_serving_is_503_and_a_charge_it_cannot_refund_says_it_stands(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """QA 52: charges went on into a ledger file moved or deleted (lost when the server
+    stopped), and a request whose answer and refund could not be written was told "nothing
+    was charged"."""
+    db = tmp_path / "ledger.db"
+    with running_service(tmp_path, LedgerMovingEngine(db), balance=10) as svc:
+        response = svc.post(body(), headers={"Idempotency-Key": "k-1"})
+        payload = assert_error(response, 503, "ledger_unavailable")
+        assert response.headers["retry-after"] == "30"
+        assert "the charge stands" in payload["message"]
+        assert "same Idempotency-Key" in payload["message"]
+        moved = svc.ledger.path.with_name("moved.db")
+        moved.rename(db)  # back: the charge stands, its key in flight, no refund
+        assert [e["kind"] for e in svc.ledger.entries("acme")] == ["opening", "charge"]
+        db.rename(moved)
+        refused = svc.post(body(reasoning=True))  # charged nowhere
+        assert "moved, deleted or replaced" in assert_error(refused, 503, "ledger_unavailable")[
+            "message"
+        ]
+        moved.rename(db)
+        assert svc.balance() == 9
+    assert "ledger unavailable" in caplog.text and "Traceback" not in caplog.text
+
+
 class FailingInlineEngine(FailingEngine):
     """Says it is fast enough for the event loop: it answers before the charge is made."""
 

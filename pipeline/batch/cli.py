@@ -26,7 +26,13 @@ from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import BatchOutcome, run_batch
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
 from pipeline.command_parser import CommandParser
-from pipeline.errors import Interrupted, JobInProgress, PipelineError, UsageError
+from pipeline.errors import (
+    Interrupted,
+    JobInProgress,
+    LedgerUnavailable,
+    PipelineError,
+    UsageError,
+)
 from pipeline.ledger.key_text import redact_keys_in_message
 from pipeline.settings import Settings
 
@@ -169,7 +175,7 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
                 return _score(args, settings)
             except KeyboardInterrupt as stop:
                 raise _interrupted(stop) from None
-            except sqlite3.Error as exc:  # a full disk, a damaged file: said, not a traceback
+            except (sqlite3.Error, LedgerUnavailable) as exc:  # a full disk, a damaged file
                 raise _database_failed(exc) from exc
     except PipelineError as exc:
         if args.manifest is not None:
@@ -180,21 +186,28 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
         raise
 
 
-def _database_failed(exc: sqlite3.Error) -> PipelineError:
+def _database_failed(exc: sqlite3.Error | LedgerUnavailable) -> PipelineError:
     """The ledger's or the run journal's SQLite failing (which one, sqlite3 does not say)."""
-    if isinstance(exc, sqlite3.OperationalError):  # a full disk, a file made read-only
-        fix = "fix this (a full disk?) and run the same command again"
-    else:
-        fix = (
-            "if the run journal is damaged, move the journal file away, keeping its .files "
-            "folder, and run the same command again (its batches are taken back from the "
-            "files); if the ledger is, restore it from a backup"
+    replayed = "rows sent and not recorded go again under their keys, replayed, not paid again"
+    if isinstance(exc, LedgerUnavailable):
+        message = (
+            f"{exc}. What was paid before is kept: run the same command again once it is "
+            f"fixed; {replayed}"
         )
-    error = PipelineError(
-        f"a database failed ({exc}): the ledger (--db) or the run journal. What was paid is "
-        f"kept: {fix}; rows sent and not recorded go again under their keys, replayed, not "
-        "paid again"
-    )
+    else:
+        if isinstance(exc, sqlite3.OperationalError):  # a full disk, a file made read-only
+            fix = "fix this (a full disk?) and run the same command again"
+        else:
+            fix = (
+                "if the run journal is damaged, move the journal file away, keeping its .files "
+                "folder, and run the same command again (its batches are taken back from the "
+                "files); if the ledger is, restore it from a backup"
+            )
+        message = (
+            f"a database failed ({exc}): the ledger (--db) or the run journal. What was paid "
+            f"is kept: {fix}; {replayed}"
+        )
+    error = PipelineError(message)
     for paid in ("decisions_spent", "balance_before"):  # for the record of the failure
         if hasattr(exc, paid):
             setattr(error, paid, getattr(exc, paid))

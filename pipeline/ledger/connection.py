@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
 from pathlib import Path
 
-from pipeline.errors import UsageError
+from pipeline.errors import LedgerUnavailable, UsageError
 
 BUSY_TIMEOUT_MS = 60_000  # how long a write waits for another connection's transaction
 # How long a connection opening a new database waits for another one making it WAL: SQLite
@@ -26,11 +27,19 @@ class ThreadConnections:
     def __init__(
         self, path: Path, *, synchronous: str = "FULL", busy_timeout_ms: int = BUSY_TIMEOUT_MS
     ) -> None:
-        self.path = path
+        self.path = path.absolute()
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the file, once opened
+
+    def check_file(self) -> None:
+        """LedgerUnavailable if the database's path no longer leads to the file first opened
+        (deleted, moved or replaced while in use: what is written to a file nobody will open
+        again is lost)."""
+        if self._identity is not None and _identity(self.path) != self._identity:
+            raise _moved()
 
     def get(self, *, waits: bool = True) -> sqlite3.Connection:
         name = "waiting" if waits else "not_waiting"
@@ -41,13 +50,24 @@ class ThreadConnections:
         return db
 
     def _open(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        # The first connection may make the file; a later one (another thread's) must find it.
+        made = self._identity is None
         try:
-            db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+            db = sqlite3.connect(
+                self.path if made else f"{self.path.as_uri()}?mode=rw",
+                timeout=busy_timeout_ms / 1000,
+                isolation_level=None,
+                uri=not made,
+            )
             _switch_to_wal(db)
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as exc:
+            if not made:
+                raise _moved() from exc
             raise UsageError(f"cannot open the ledger database {self.path}: {exc}") from exc
+        if made:
+            self._identity = _identity(self.path)
         return db
 
     def close(self) -> None:
@@ -57,6 +77,22 @@ class ThreadConnections:
             if db is not None:
                 db.close()
                 setattr(self._local, name, None)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`, None if there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _moved() -> LedgerUnavailable:
+    return LedgerUnavailable(
+        "the ledger's file was moved, deleted or replaced while in use, and nothing more is "
+        "written to it: put it back in its place (or restart with the new one)"
+    )
 
 
 def _switch_to_wal(db: sqlite3.Connection) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from pipeline.errors import (
@@ -18,6 +18,7 @@ from pipeline.errors import (
     InsufficientDecisions,
     LedgerBusy,
     LedgerError,
+    LedgerUnavailable,
     RequestInProgress,
     UnknownWorkspace,
     UsageError,
@@ -111,16 +112,24 @@ class SqliteLedger:
     @contextmanager
     def _transaction(self, *, wait: bool = True) -> Iterator[sqlite3.Connection]:
         """A write transaction: LedgerBusy, nothing done, if another connection holds the write
-        lock past the busy timeout (a minute), or at once with `wait=False`."""
+        lock past the busy timeout (a minute), or at once with `wait=False`; LedgerUnavailable,
+        nothing done, if the ledger cannot be written (a full disk, a read-only file) or its
+        file is no longer the one opened (moved or deleted while in use: what is written to a
+        file nobody will open again is lost)."""
         db = self._connections.get(waits=wait)
         _begin(db, waited_s=self._connections.busy_timeout_ms / 1000 if wait else 0)
         try:
+            self._connections.check_file()
             yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        else:
             db.execute("COMMIT")
+        except BaseException as exc:
+            _roll_back(db)  # after a failed COMMIT too, as SQLite asks
+            if isinstance(exc, sqlite3.OperationalError) and _cannot_write(exc):
+                raise LedgerUnavailable(
+                    f"the ledger cannot be written ({exc}); this charge was not made: try again "
+                    "once its disk has room (or its file can be written)"
+                ) from exc
+            raise
 
     def close(self) -> None:
         self._connections.close()
@@ -420,6 +429,21 @@ def open_ledger(
     if own_file:
         ledger.ensure_workspace(local.name, local.balance)
     return ledger
+
+
+# SQLite's primary result codes of a ledger that cannot be written: READONLY, IOERR, FULL,
+# CANTOPEN (an extended code carries the primary one in its low byte)
+_CANNOT_WRITE = {8, 10, 13, 14}
+
+
+def _cannot_write(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF in _CANNOT_WRITE
+
+
+def _roll_back(db: sqlite3.Connection) -> None:
+    if db.in_transaction:
+        with suppress(sqlite3.Error):  # SQLite rolled it back itself (a full disk can do that)
+            db.execute("ROLLBACK")
 
 
 def _begin(db: sqlite3.Connection, *, waited_s: float) -> None:

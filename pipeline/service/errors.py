@@ -8,6 +8,8 @@
     IdempotencyKeyReused          422     idempotency_key_reused
     RequestInProgress             409     request_in_progress (+ Retry-After)
     LedgerBusy                    503     ledger_busy (+ Retry-After): locked by another process
+    LedgerUnavailable             503     ledger_unavailable (+ Retry-After): a full disk, a file
+                                          made read-only, moved or deleted
     anything else                 500     internal_error (no detail, no traceback)
 
 Errors found by the HTTP layer itself (400 invalid_idempotency_key,
@@ -25,6 +27,7 @@ from pipeline.errors import (
     InsufficientDecisions,
     InvalidJson,
     LedgerBusy,
+    LedgerUnavailable,
     PipelineError,
     RequestInProgress,
     RequestValidationError,
@@ -66,12 +69,14 @@ _STATUS: tuple[tuple[type[PipelineError], int], ...] = (
     (IdempotencyKeyReused, 422),
     (RequestInProgress, 409),
     (LedgerBusy, 503),
+    (LedgerUnavailable, 503),
 )
 
 _HEADERS: dict[type[PipelineError], dict[str, str]] = {
     InvalidApiKey: {"WWW-Authenticate": "Bearer"},
     RequestInProgress: {"Retry-After": "1"},
     LedgerBusy: {"Retry-After": "5"},
+    LedgerUnavailable: {"Retry-After": "30"},
 }
 
 
@@ -81,9 +86,8 @@ def translate(exc: PipelineError) -> ApiError:
         if isinstance(exc, kind):
             body = exc.body()  # type: ignore[attr-defined]
             extra = {k: v for k, v in body.items() if k not in ("error", "message")}
-            return ApiError(
-                status, body["error"], body["message"], headers=_HEADERS.get(kind), extra=extra
-            )
+            headers = _HEADERS.get(kind)
+            return ApiError(status, body["error"], body["message"], headers=headers, extra=extra)
     return internal_error()
 
 

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipeline.decisions import Decision, requested_cost
-from pipeline.errors import InsufficientDecisions, PipelineError, RequestValidationError
+from pipeline.errors import (
+    InsufficientDecisions,
+    LedgerUnavailable,
+    PipelineError,
+    RequestValidationError,
+)
 from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey
 from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, valid_idempotency_key
 from pipeline.ledger.key_text import looks_like_key, redact_keys
@@ -222,9 +227,11 @@ class DecisionHandler:
             if caller is None and seen is not None:
                 seen["key_prefix"] = refused_key_prefix(exc)
             error = translate(exc)
+            prefix = caller.key_prefix if caller else "-"
             if error.status == 500:
-                prefix = caller.key_prefix if caller else "-"
                 log.error("unexpected %s for key %s", type(exc).__name__, prefix)
+            elif isinstance(exc, LedgerUnavailable):  # the operator's to fix: one line each
+                log.error("ledger unavailable, key %s: %s", prefix, exc)
             raise error from None
 
     async def _decide(

@@ -39,6 +39,9 @@ _ERRORS: dict[int, str] = {
     501: "`not_implemented`: a Transfer-Encoding other than chunked; the connection is closed.",
     503: "`ledger_busy`: the ledger stayed locked by another process (a backup, a long batch) "
     "for a minute; send it again after `Retry-After` (with its Idempotency-Key). "
+    "`ledger_unavailable`: the ledger cannot be written (a full disk, a file made read-only, "
+    "moved or deleted); nothing charged, unless the message says a charge stands (a request "
+    "that failed after its charge and whose refund could not be written). "
     "`too_many_connections`: the server has as many connections open as it allows.",
 }
 
