@@ -173,8 +173,9 @@ def test_a_short_balance_stops_at_what_it_can_pay(tmp_path, capsys):
     assert balance(db, "small") == 0
     printed = capsys.readouterr()
     assert printed.out == ""  # --quiet, yet the rows left and how to go on are said
+    assert "the balance ran out. Top up" in printed.err  # not the budget: it had none
+    assert f"(decisions workspace topup small N --db {db})" in printed.err  # where to top up
     assert "run the same command again" in printed.err
-    assert "(decisions workspace topup small N)" in printed.err  # the workspace to top up
 
 
 def test_borderline_reasoning_only_for_partial_verdicts(tmp_path, db):

@@ -46,10 +46,33 @@ def test_two_nights_dated_outputs_manifest_and_no_second_payment(tmp_path, monke
 
     assert main(["nightly", "--db", db]) == 0
     again = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
-    assert again["decisions_spent"] == 0 and again["notes"]["Budget"] == 1000
+    assert again["decisions_spent"] == 0 and again["notes"]["Budget"] == 640  # left tonight
     earlier = list(night.glob("manifest-*.json"))  # the first run's record is kept
     assert len(earlier) == 1
     assert json.loads(earlier[0].read_text(encoding="utf-8"))["decisions_spent"] == 360
+
+
+def test_a_rerun_the_same_night_spends_only_what_is_left_of_the_nights_budget(
+    tmp_path, monkeypatch, capsys
+):
+    """QA 50: `budget` is "the most decisions one night may spend", yet each run of the night
+    had all of it: three runs spent three budgets."""
+    configs = _project(tmp_path)
+    (configs / "nightly.toml").write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\nbudget = 200\n'
+        'reasoning = "none"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = str(tmp_path / "ledger.db")
+    assert main(["nightly", "--db", db]) == 3
+    capsys.readouterr()
+    assert main(["nightly", "--db", db]) == 3
+    said = capsys.readouterr().out
+    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    again = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert again["decisions_spent"] == 0 and 100_000 - again["balance_after"] == 200
+    assert "Raise `budget` in configs/nightly.toml (200 a night, 200 spent by earlier runs)" in said
 
 
 def test_a_latest_link_repointed_the_same_day_is_the_same_job(tmp_path, monkeypatch):
@@ -127,7 +150,7 @@ def test_a_nightly_job_takes_a_column_mapping_and_the_options_of_score(
     assert main(["nightly", "--db", str(tmp_path / "ledger.db")]) == 3  # budget 1: one row
     # how to go on names the budget where a nightly job sets it (it has no --budget; QA 28)
     said = capsys.readouterr().out
-    assert "or raise `budget` in configs/nightly.toml, then run the same command again" in said
+    assert "Raise `budget` in configs/nightly.toml, then run the same command again" in said
     assert "--budget," not in said
     night = tmp_path / "out" / "nightly" / date.today().isoformat()
     import polars as pl

@@ -24,6 +24,7 @@ from pipeline.batch.options import BatchOptions
 from pipeline.batch.plan import Plan
 from pipeline.batch.progress import ProgressReporter
 from pipeline.batch.run import BatchOutcome, run_batch
+from pipeline.batch.scorers.base import SKIPPED_BALANCE, SKIPPED_BUDGET
 from pipeline.batch.scorers.remote_options import add_remote_options, service_url
 from pipeline.command_parser import CommandParser
 from pipeline.errors import (
@@ -115,7 +116,7 @@ def add_nightly_command(commands: Any) -> None:
 def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     from datetime import date
 
-    from pipeline.batch.nightly import load_nightly, make_room, score_arguments
+    from pipeline.batch.nightly import load_nightly, make_room, score_arguments, spent_tonight
 
     config = load_nightly(args.config or settings.root / "configs" / "nightly.toml")
     today = date.today()
@@ -123,13 +124,16 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     # (not known before the run asks the service, and what its manifest names).
     workspace = None if service_url(None) else config.workspace or settings.ledger.workspace
     make_room(config, settings.root, today, workspace)
-    argv = ["score", *score_arguments(config, settings.root, today)]
+    spent = spent_tonight(config, settings.root, today) if config.budget is not None else 0
+    argv = ["score", *score_arguments(config, settings.root, today, spent_tonight=spent)]
     if args.db:
         argv += ["--db", args.db]
     parser = CommandParser(prog="decisions")
     add_score_command(parser.add_subparsers(dest="command"))
     score_args = parser.parse_args(argv)
     score_args.budget_named = f"`budget` in {args.config or 'configs/nightly.toml'}"
+    if spent:
+        score_args.budget_named += f" ({config.budget:,} a night, {spent:,} spent by earlier runs)"
     print(f"decisions nightly: {' '.join(argv)}", flush=True)
     return cmd_score(score_args, settings)
 
@@ -556,7 +560,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(manifest, ensure_ascii=False, indent=2))
     elif not args.quiet:
-        print_summary(outcome, sys.argv, budget_named=args.budget_named)
+        print_summary(outcome, sys.argv, budget_named=args.budget_named, db=args.db)
     if args.quiet:
         # What the summary would have warned of (rows read as one cell): cron mails stderr.
         for label, value in outcome.summary.notes:
@@ -565,7 +569,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     if (args.json or args.quiet) and rows_left(outcome):
         # Rows were left: even a quiet run (cron mails what it prints) says how to go on,
         # on stderr, as stdout is for the JSON.
-        advice = run_again(outcome, budget_named=args.budget_named)
+        advice = run_again(outcome, budget_named=args.budget_named, db=args.db)
         print(advice + "\n  " + command_line(sys.argv), file=sys.stderr)
     elif (args.json or args.quiet) and failed is not None and stopped is None:
         print(f"decisions: error: {failed}. {RETRY_FAILED}\n  {command_line(sys.argv)}",
@@ -667,10 +671,16 @@ RUN_AGAIN = (
     "Some rows were not scored or explained: the budget or the balance ran out. Top up "
     "(decisions workspace topup NAME N) or raise BUDGET, then run the same command again:"
 )
-# Through a service the balance is the service's: a local top-up would not reach it.
-RUN_AGAIN_REMOTE = RUN_AGAIN.replace(
-    "(decisions workspace topup NAME N)", "the workspace at the service (not a local ledger)"
+RUN_AGAIN_BUDGET = (
+    "Some rows were not scored: the budget ran out (the balance did not). Raise BUDGET, then "
+    "run the same command again:"
 )
+RUN_AGAIN_BALANCE = (
+    "Some rows were not scored: the balance ran out. Top up (decisions workspace topup NAME N), "
+    "then run the same command again:"
+)
+# Through a service the balance is the service's: a local top-up would not reach it.
+_AT_THE_SERVICE = "the workspace at the service (not a local ledger)"
 
 
 RETRY_FAILED = (
@@ -701,15 +711,26 @@ def rows_left(outcome: BatchOutcome) -> bool:
     )
 
 
-def run_again(outcome: BatchOutcome, *, budget_named: str = "--budget") -> str:
-    """How to go on after a run that left rows for lack of budget or balance; `budget_named`:
-    where the run's budget is set."""
+def run_again(
+    outcome: BatchOutcome, *, budget_named: str = "--budget", db: str | None = None
+) -> str:
+    """How to go on after a run that left rows for lack of budget or balance, naming the one
+    that stopped it when the rows left say; `budget_named`: where the run's budget is set;
+    `db`: the run's --db, which the top-up needs too."""
+    results = outcome.results
+    why = set(results.filter(results["status"] == "skipped")["error_code"].drop_nulls())
+    unexplained = bool(dict(outcome.summary.notes).get(EXPLANATIONS_NOT_AFFORDED))
+    advice = RUN_AGAIN
+    if why == {SKIPPED_BUDGET} and not unexplained:
+        advice = RUN_AGAIN_BUDGET
+    elif why == {SKIPPED_BALANCE} and not unexplained:
+        advice = RUN_AGAIN_BALANCE
+    topup = "decisions workspace topup NAME N"
     if dict(outcome.summary.notes).get("Scorer") == "remote":
-        advice = RUN_AGAIN_REMOTE
+        advice = advice.replace(f"({topup})", _AT_THE_SERVICE)
     elif (workspace := outcome.summary.workspace) is not None:
-        advice = RUN_AGAIN.replace("NAME", shlex.quote(workspace))
-    else:
-        advice = RUN_AGAIN
+        at = f" --db {shlex.quote(db)}" if db else ""
+        advice = advice.replace(topup, f"decisions workspace topup {shlex.quote(workspace)} N{at}")
     return advice.replace("BUDGET", budget_named)
 
 
@@ -723,7 +744,7 @@ def command_line(argv: list[str]) -> str:
 
 
 def print_summary(
-    outcome: BatchOutcome, argv: list[str], *, budget_named: str = "--budget"
+    outcome: BatchOutcome, argv: list[str], *, budget_named: str = "--budget", db: str | None = None
 ) -> None:
     s = outcome.summary
     width = max(len(label) for label, _ in s.lines())
@@ -733,6 +754,6 @@ def print_summary(
     for output in outcome.outputs:
         print(f"  wrote {output}")
     if rows_left(outcome):
-        print(run_again(outcome, budget_named=budget_named) + "\n  " + command_line(argv))
+        print(run_again(outcome, budget_named=budget_named, db=db) + "\n  " + command_line(argv))
     elif (failed := failed_rows(outcome)) is not None:
         print(f"{failed}. {RETRY_FAILED}\n  {command_line(argv)}")

@@ -100,8 +100,23 @@ def _night_folder(config: NightlyConfig, root: Path, day: date) -> Path:
     return _resolved(config.output_dir, root) / day.isoformat()
 
 
-def score_arguments(config: NightlyConfig, root: Path, day: date) -> list[str]:
-    """The `decisions score` arguments of one night's run."""
+def spent_tonight(config: NightlyConfig, root: Path, day: date) -> int:
+    """The decisions the night's earlier runs of the job spent, as their manifests (set aside
+    by `make_room`) record it."""
+    spent = 0
+    for earlier in _night_folder(config, root, day).glob("manifest-*.json"):
+        try:
+            spent += int(json.loads(earlier.read_text(encoding="utf-8"))["decisions_spent"])
+        except (OSError, ValueError, TypeError, KeyError):
+            continue  # not a run's record: nothing it says was paid
+    return spent
+
+
+def score_arguments(
+    config: NightlyConfig, root: Path, day: date, *, spent_tonight: int = 0
+) -> list[str]:
+    """The `decisions score` arguments of one night's run, whose budget is what the night's
+    earlier runs (`spent_tonight`) left of it."""
     source = _resolved(config.input, root)
     folder = _night_folder(config, root, day)
     args = [
@@ -114,7 +129,7 @@ def score_arguments(config: NightlyConfig, root: Path, day: date) -> list[str]:
     for fmt in dict.fromkeys(config.formats):  # each format once
         args += ["-o", str(folder / f"{source.stem}-scored.{fmt}")]
     if config.budget is not None:
-        args += ["--budget", str(config.budget)]
+        args += ["--budget", str(max(config.budget - spent_tonight, 0))]
     if config.workspace:
         args += ["--workspace", config.workspace]
     if config.columns is not None:
