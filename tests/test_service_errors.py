@@ -411,9 +411,10 @@ def test_a_ledger_moved_while_serving_is_503_and_a_charge_it_cannot_refund_says_
         assert [e["kind"] for e in svc.ledger.entries("acme")] == ["opening", "charge"]
         db.rename(moved)
         refused = svc.post(body(reasoning=True))  # charged nowhere
-        assert "moved, deleted or replaced" in assert_error(refused, 503, "ledger_unavailable")[
-            "message"
-        ]
+        assert (
+            "moved, deleted or replaced"
+            in assert_error(refused, 503, "ledger_unavailable")["message"]
+        )
         moved.rename(db)
         assert svc.balance() == 9
     assert "ledger unavailable" in caplog.text and "Traceback" not in caplog.text
