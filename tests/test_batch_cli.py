@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import time
 import zipfile
 from contextlib import closing
 from datetime import date, datetime, timedelta
@@ -911,7 +912,32 @@ def test_a_config_that_cannot_be_applied_stops_the_run_before_anything(
     assert balance(db) == 5000 and not journal.exists() and not (tmp_path / "out.csv").exists()
 
 
-def test_outputs_that_cannot_be_written_stop_the_run_before_any_charge(tmp_path, db, capsys):
+def test_a_writer_killed_mid_way_leaves_nothing_for_long(tmp_path, db):
+    """QA 50: SIGKILL while the workbook was written (a cron timeout) left its temporary file
+    and its parts folder (about the workbook's size) for ever; the next run removes them."""
+    import os
+
+    out = tmp_path / "scored.xlsx"
+    stale = [tmp_path / ".scored.xlsx.0f1e2d3c4b5a.tmp", tmp_path / ".scored.xlsx.k9_x.parts"]
+    stale[0].write_bytes(b"")
+    stale[1].mkdir()
+    (stale[1] / "sheet1.xml").write_text("<partial/>")
+    long_ago = time.time() - 7 * 3600
+    for leftover in [stale[1] / "sheet1.xml", *stale]:
+        os.utime(leftover, (long_ago, long_ago))
+    recent = tmp_path / ".scored.xlsx.a1b2c3d4e5f6.tmp"  # another writer's, at work now
+    recent.write_bytes(b"")
+    other = tmp_path / ".other.xlsx.0f1e2d3c4b5a.tmp"  # another output's
+    other.write_bytes(b"")
+    os.utime(other, (long_ago, long_ago))
+    assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(out)) == 0
+    assert not any(leftover.exists() for leftover in stale)
+    assert recent.exists() and other.exists() and out.exists()
+
+
+def test_outputs_that_cannot_be_written_stop_the_run_before_any_charge(
+    tmp_path, db, capsys, monkeypatch
+):
     wide = tmp_path / "wide.csv"
     extra = [f"note{i}" for i in range(16_384)]
     header = ["type", "price", "area", "city", *extra]
@@ -935,6 +961,19 @@ def test_outputs_that_cannot_be_written_stop_the_run_before_any_charge(tmp_path,
     (tmp_path / "ok.csv").write_text("x")
     assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(under_a_file)) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+    twice = [str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "a.csv"), "-o", "./a.csv"]
+    monkeypatch.chdir(tmp_path)
+    assert score(db, *twice) == 2  # QA 50: written twice, the same file
+    assert "is named twice as an output (-o)" in capsys.readouterr().err
+    # QA 50: a legal input name whose default output's is not one (122 Arabic letters are 244
+    # bytes) was a traceback; so was an output path past the file system's limit
+    long_named = tmp_path / ("ن" * 122 + ".csv")
+    long_named.write_bytes((SAMPLE / "portfolio.csv").read_bytes())
+    assert score(db, str(long_named)) == 2
+    assert "its name is too long (256 bytes; a file name holds 255" in capsys.readouterr().err
+    deep = tmp_path / "/".join(["folder"] * 700) / "scored.csv"
+    assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(deep)) == 2
+    assert "the output path is too long" in capsys.readouterr().err
     assert balance(db) == 5000
 
 

@@ -343,12 +343,14 @@ def run_batch(
     for output in options.outputs:
         check_output_capacity(output, 0)  # unknown extensions fail before any reading
     check_input(options.input)  # a missing or mislabelled file stops here, before anything else
-    for output in options.outputs:
+    for i, output in enumerate(options.outputs):
         if _same_file(output, options.input):
             raise UsageError(
                 f"{output}: is the input file, which scoring would overwrite; "
                 "choose another output (-o)"
             )
+        if any(_same_file(output, earlier) for earlier in options.outputs[:i]):
+            raise UsageError(f"{output}: is named twice as an output (-o); name it once")
     fingerprint = file_fingerprint(options.input)
     key = f"{fingerprint}:{_options_key(options, scorer)}"
     if journal is not None and not dry_run:

@@ -9,9 +9,11 @@ destination's own directory.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +69,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path)
         # Created here (mode 0o666 less the umask) so the final file gets ordinary permissions;
         # the writer then overwrites it.
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
@@ -95,6 +98,27 @@ def scratch_dir(path: Path) -> Iterator[Path]:
         yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+# A temporary file or parts folder of an output untouched for this long belongs to a writer
+# that died (killed, SIGKILL after a cron timeout): no workbook takes hours to write.
+STALE_AFTER_S = 6 * 3600
+
+
+def remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary files and parts folders an earlier writer of `path` left behind
+    when it was killed before it could (SIGKILL): an XLSX's parts are about its size again."""
+    now = time.time()
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*"):
+        if leftover.suffix not in (".tmp", ".parts", ".probe"):
+            continue
+        with contextlib.suppress(OSError):
+            if now - leftover.stat().st_mtime < STALE_AFTER_S:
+                continue
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink()
 
 
 def fsync_path(path: Path) -> None:
