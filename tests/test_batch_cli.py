@@ -1505,6 +1505,23 @@ def test_a_key_typed_into_the_command_line_is_never_said_back_whole(
     assert key[11:] not in said.err + said.out + records
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["score", "in.csv", "--budgt", "5"], "decisions score: error: unrecognized arguments: "
+         "--budgt 5 (did you mean --budget?)"),
+        (["workspace", "create", "a", "--balance", "5", "--dbb", "x.db"],
+         "usage: decisions workspace create"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_option_is_refused_with_its_commands_usage_and_the_one_meant(capsys, args, said):
+    """QA 50: the top-level usage (`decisions [-h] COMMAND ...`) was shown, and nothing more."""
+    with pytest.raises(SystemExit) as stop:
+        main(args)
+    assert stop.value.code == 2
+    assert said in capsys.readouterr().err
+
+
 def test_an_unchanged_file_rejected_by_an_earlier_version_is_answered_again(tmp_path, db):
     # Its last run's rejects were kept without the sheet_row column, added since.
     source = tmp_path / "in.csv"
