@@ -223,6 +223,9 @@ def test_connections_past_the_limit_are_answered_503_and_the_rest_served(tmp_pat
          b"Content-Length: 2\r\n\r\n", 400, "bad_request", "Content-Length"),
         (b"POST /v1/decisions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n",
          501, "not_implemented", "Transfer-Encoding"),
+        (b"POST /v1/decisions HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "bad_request",
+         "both Content-Length and Transfer-Encoding"),  # QA 52: framed two ways (smuggling)
         (b"POST /v1/decisions HTTP/1.1\r\nHost: t\r\nX-Long: " + b"a" * 20_000,
          431, "request_header_fields_too_large", "too large"),
     ],

@@ -82,6 +82,13 @@ class _RefusalRecordingConnection(h11.Connection):
                         f"{head} bytes, over the limit of {self.max_head_bytes}",
                         error_status_hint=431,
                     )
+                names = {name for name, _ in event.headers}
+                if b"content-length" in names and b"transfer-encoding" in names:
+                    # Framed two ways: a proxy in front may read it the other way, and take
+                    # the rest of the body for another request (request smuggling, RFC 9112 6.1)
+                    raise h11.RemoteProtocolError(
+                        "both Content-Length and Transfer-Encoding", error_status_hint=400
+                    )
             return event
         except h11.RemoteProtocolError as refusal:
             self.refusal = refusal
