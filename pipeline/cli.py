@@ -55,6 +55,7 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine
     from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, valid_idempotency_key
+    from pipeline.ledger.sqlite import first_charge_note
 
     key = args.idempotency_key
     if key is not None and not valid_idempotency_key(key):
@@ -66,6 +67,8 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     engine = Engine(BenchmarkTable.load(settings.resolve(settings.benchmarks.table)))
     workspace = _workspace(args, settings)
     ledger = _ledger(args, settings, charges_local=workspace == settings.ledger.workspace)
+    if (note := first_charge_note(ledger)) is not None:
+        print(note, file=sys.stderr)
     desk = DecisionDesk(engine, ledger)
     try:
         decision = asyncio.run(

@@ -189,8 +189,19 @@ def test_the_local_workspace_is_opened_in_a_named_ledger_by_its_first_charge_onl
     assert main(["workspace", "show", "local", "--db", other]) == 0
     assert json.loads(capsys.readouterr().out)["balance"] == 101_000
 
+    capsys.readouterr()
     assert main(["score", str(listing), "-o", str(tmp_path / "o.csv"), "--db", db]) == 0
+    # said (QA 50: a mistyped --db, or no --workspace, charged a balance made up on the spot)
+    said = capsys.readouterr().err
+    assert "holds no workspace 'local': the first charge opens it there, with 100,000" in said
     assert local_workspace() == {"workspace": "local", "balance": 99_999}
+    capsys.readouterr()
+    assert main(["score", str(listing), "-o", str(tmp_path / "o.csv"), "--db", db]) == 0
+    assert "holds no workspace" not in capsys.readouterr().err  # once it does
+    typo = str(tmp_path / "ledgr.db")
+    stdin(VILLA)
+    assert main(["decide", "-", "--db", typo]) == 0
+    assert f"{typo} holds no workspace 'local'" in capsys.readouterr().err
     capsys.readouterr()
     assert main(["workspace", "entries", "local", "--db", db]) == 0
     entries = json.loads(capsys.readouterr().out)

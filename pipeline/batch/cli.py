@@ -141,7 +141,7 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
 def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[LocalScorer, str]:
     from pipeline.batch.scorers.local import LocalScorer
     from pipeline.engine.engine import Engine
-    from pipeline.ledger.sqlite import open_ledger
+    from pipeline.ledger.sqlite import first_charge_note, open_ledger
 
     workspace = args.workspace or settings.ledger.workspace
     # The job lock keeps a second run of this job out, so a charge of ours still marked in
@@ -154,6 +154,8 @@ def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[Loca
         stale_in_flight_s=0,
     )
     ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
+    if (note := first_charge_note(ledger)) is not None:
+        print(note, file=sys.stderr)  # --quiet too: cron mails it
     engine = Engine(settings.resolve(settings.benchmarks.table))  # loaded when first needed
     scorer = LocalScorer(engine, ledger, workspace=workspace, chunk_rows=settings.batch.chunk_rows)
     return scorer, workspace

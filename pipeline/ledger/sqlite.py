@@ -180,6 +180,19 @@ class SqliteLedger:
             return opened
         return Workspace(name, balance)
 
+    def opens_on_first_charge(self) -> Workspace | None:
+        """The workspace this ledger does not hold yet that its first charge will open (with
+        its balance), if any: what a user who mistyped --db, or forgot --workspace, should hear
+        of before that charge."""
+        opened = self.opened_by_first_charge
+        if opened is None:
+            return None
+        try:
+            self._row(self._connection(), opened.name)
+        except UnknownWorkspace:
+            return opened
+        return None
+
     def _opened_by_first_charge(self, name: str) -> Workspace | None:
         opened = self.opened_by_first_charge
         return opened if opened is not None and opened.name == name else None
@@ -444,6 +457,19 @@ def _roll_back(db: sqlite3.Connection) -> None:
     if db.in_transaction:
         with suppress(sqlite3.Error):  # SQLite rolled it back itself (a full disk can do that)
             db.execute("ROLLBACK")
+
+
+def first_charge_note(ledger: SqliteLedger) -> str | None:
+    """What to tell the user of a named ledger whose first charge opens the local workspace
+    in it (a new file: perhaps a mistyped --db; another's ledger: perhaps no --workspace)."""
+    opened = ledger.opens_on_first_charge()
+    if opened is None:
+        return None
+    return (
+        f"decisions: note: {ledger.path} holds no workspace {opened.name!r}: the first charge "
+        f"opens it there, with {opened.balance:,} decisions. If another ledger (--db, "
+        "DECISIONS_DB) or another workspace (--workspace) was meant, stop and run again with it"
+    )
 
 
 def _begin(db: sqlite3.Connection, *, waited_s: float) -> None:
