@@ -22,6 +22,7 @@ from pipeline.errors import (
     ChargeNotRefunded,
     InsufficientDecisions,
     LedgerBusy,
+    LedgerUnavailable,
     PipelineError,
     RequestValidationError,
 )
@@ -145,14 +146,16 @@ def _not_refunded(
 ) -> ChargeNotRefunded:
     if idempotency_key is not None:
         again = (
-            "send the request again with the same Idempotency-Key once the service is back: "
-            "it is answered without a new charge"
+            "once the ledger can be written again, send the request again with the same "
+            "Idempotency-Key: it is answered without a new charge (409 request_in_progress "
+            "until the first request counts as abandoned, two minutes after it)"
         )
     else:
         again = f"its ledger entry is {charge.entry_id}"
+    cause = error.__cause__ if isinstance(error, LedgerUnavailable) else None
     return ChargeNotRefunded(
-        f"this request was charged and failed before its answer, and the refund could not be "
-        f"written ({error}): the charge stands; {again}"
+        f"this request was charged and failed before its answer, and its refund could not be "
+        f"written ({cause or error}): the charge stands; {again}"
     )
 
 

@@ -196,6 +196,22 @@ def test_borderline_reasoning_only_for_partial_verdicts(tmp_path, db):
     assert balance(db) == 5000 - frame["decisions_used"].sum()
 
 
+def test_explanations_the_budget_left_out_are_blamed_on_the_budget_not_the_balance(
+    tmp_path, db, capsys
+):
+    """QA 53: with every row scored and explanations left for lack of --budget, the advice
+    still said "the budget or the balance ran out" and offered a top-up."""
+    out = tmp_path / "scored.csv"
+    args = [str(SAMPLE / "portfolio.csv"), "-o", str(out), "--reasoning", "borderline"]
+    assert score(db, *args, "--budget", "400") == 3
+    left = pl.read_csv(out, infer_schema=False)
+    assert left["status"].to_list().count("skipped") == 0
+    assert "reasoning_skipped" in left["error_code"].to_list()
+    said = capsys.readouterr().err  # --quiet: how to go on, on stderr
+    assert "the budget ran out (the balance did not). Raise --budget" in said
+    assert "Top up" not in said
+
+
 def test_a_row_skipped_in_borderline_mode_says_what_its_explanation_would_add(tmp_path):
     db = str(tmp_path / "ledger.db")
     assert main(["workspace", "create", "small", "--balance", "100", "--db", db]) == 0
@@ -851,6 +867,11 @@ def test_a_binary_text_column_keeps_its_text_when_one_value_is_in_another_encodi
     assert back["benchmark_median_sqm"].is_not_null().to_list() == [True, True, False]
     assert "location.city must be a name, not bytes in hex" in back["error_message"][2]
     assert back["decisions_used"].to_list() == ["1", "1", "0"]
+    # a CSV's text is text, whatever it looks like (QA 53)
+    typed = tmp_path / "typed.csv"
+    typed.write_text("type,price,area,city,district\napartment,950000,140,Riyadh,0xbeef\n")
+    assert score(db, str(typed), "-o", str(tmp_path / "typed-scored.csv")) == 0
+    assert pl.read_csv(tmp_path / "typed-scored.csv")["status"].to_list() == ["scored"]
 
 
 def test_parquet_decimals_read_as_the_numbers_they_are(tmp_path, db):
@@ -918,7 +939,7 @@ def test_a_writer_killed_mid_way_leaves_nothing_for_long(tmp_path, db):
     import os
 
     out = tmp_path / "scored.xlsx"
-    stale = [tmp_path / ".scored.xlsx.0f1e2d3c4b5a.tmp", tmp_path / ".scored.xlsx.k9_x.parts"]
+    stale = [tmp_path / ".scored.xlsx.0f1e2d3c4b5a.tmp", tmp_path / ".scored.xlsx.k9_x1abc.parts"]
     stale[0].write_bytes(b"")
     stale[1].mkdir()
     (stale[1] / "sheet1.xml").write_text("<partial/>")
@@ -927,12 +948,18 @@ def test_a_writer_killed_mid_way_leaves_nothing_for_long(tmp_path, db):
         os.utime(leftover, (long_ago, long_ago))
     recent = tmp_path / ".scored.xlsx.a1b2c3d4e5f6.tmp"  # another writer's, at work now
     recent.write_bytes(b"")
-    other = tmp_path / ".other.xlsx.0f1e2d3c4b5a.tmp"  # another output's
-    other.write_bytes(b"")
-    os.utime(other, (long_ago, long_ago))
+    others = [  # another output's, and names the writer never makes (QA 53)
+        tmp_path / ".other.xlsx.0f1e2d3c4b5a.tmp",
+        tmp_path / ".scored.xlsx.bak.xlsx.0f1e2d3c4b5a.tmp",
+        tmp_path / ".scored.xlsx.notes.tmp",
+        tmp_path / ".scored.xlsx.tmp",
+    ]
+    for other in others:
+        other.write_bytes(b"")
+        os.utime(other, (long_ago, long_ago))
     assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(out)) == 0
     assert not any(leftover.exists() for leftover in stale)
-    assert recent.exists() and other.exists() and out.exists()
+    assert recent.exists() and out.exists() and all(other.exists() for other in others)
 
 
 def test_outputs_that_cannot_be_written_stop_the_run_before_any_charge(

@@ -305,6 +305,10 @@ def test_a_ledger_that_cannot_be_written_refuses_whole_and_works_again_after(tmp
             charged += 1
     assert ledger.workspace("acme").balance == 10_000 - charged
     assert len(ledger.entries("acme")) == 1 + charged
+    with pytest.raises(LedgerUnavailable, match="the top-up was not made"):  # says what (QA 53)
+        for _ in range(1_000):
+            ledger.topup("acme", 1)
+    assert ledger.workspace("acme").balance == 10_000 - charged
     for db in connections:
         db.execute("PRAGMA max_page_count = 1000000")
         assert not db.in_transaction

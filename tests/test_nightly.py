@@ -73,6 +73,16 @@ def test_a_rerun_the_same_night_spends_only_what_is_left_of_the_nights_budget(
     again = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert again["decisions_spent"] == 0 and 100_000 - again["balance_after"] == 200
     assert "Raise `budget` in configs/nightly.toml (200 a night, 200 spent by earlier runs)" in said
+    # another job's records in the folder (a failed run's, kept aside) are not this job's spend
+    for record in night.glob("manifest-*.json"):
+        other = json.loads(record.read_text(encoding="utf-8"))
+        other["input"] = str(tmp_path / "another.csv")
+        record.write_text(json.dumps(other), encoding="utf-8")
+    (night / "manifest.json").unlink()
+    capsys.readouterr()
+    assert main(["nightly", "--db", db]) == 0  # the 200 paid replayed, 160 paid of its 200
+    third = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert third["decisions_spent"] == 160 and third["notes"]["Budget"] == 200
 
 
 def test_a_latest_link_repointed_the_same_day_is_the_same_job(tmp_path, monkeypatch):

@@ -406,15 +406,14 @@ def test_a_ledger_moved_while_serving_is_503_and_a_charge_it_cannot_refund_says_
         assert response.headers["retry-after"] == "30"
         assert "the charge stands" in payload["message"]
         assert "same Idempotency-Key" in payload["message"]
+        assert "not made" not in payload["message"]  # QA 53: said the refund's reason as its
         moved = svc.ledger.path.with_name("moved.db")
         moved.rename(db)  # back: the charge stands, its key in flight, no refund
         assert [e["kind"] for e in svc.ledger.entries("acme")] == ["opening", "charge"]
         db.rename(moved)
         refused = svc.post(body(reasoning=True))  # charged nowhere
-        assert (
-            "moved, deleted or replaced"
-            in assert_error(refused, 503, "ledger_unavailable")["message"]
-        )
+        said = assert_error(refused, 503, "ledger_unavailable")["message"]
+        assert "moved, deleted or replaced while in use; this charge was not made" in said
         moved.rename(db)
         assert svc.balance() == 9
     assert "ledger unavailable" in caplog.text and "Traceback" not in caplog.text

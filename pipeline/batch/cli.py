@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.batch.columns import load_column_config
 from pipeline.batch.job_files import job_input
-from pipeline.batch.labels import EXPLANATIONS_NOT_AFFORDED, WARNING
+from pipeline.batch.labels import EXPLANATIONS_NOT_AFFORDED, REASONING_SKIPPED, WARNING
 from pipeline.batch.options import BatchOptions
 from pipeline.batch.plan import Plan
 from pipeline.batch.progress import ProgressReporter
@@ -38,6 +38,8 @@ from pipeline.ledger.key_text import redact_keys_in_message
 from pipeline.settings import Settings
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from pipeline.batch.journal import Journal
     from pipeline.batch.scorers.http import HttpScorer
     from pipeline.batch.scorers.local import LocalScorer
@@ -124,7 +126,7 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     # (not known before the run asks the service, and what its manifest names).
     workspace = None if service_url(None) else config.workspace or settings.ledger.workspace
     make_room(config, settings.root, today, workspace)
-    spent = spent_tonight(config, settings.root, today) if config.budget is not None else 0
+    spent = spent_tonight(config, settings.root, today, workspace) if config.budget else 0
     argv = ["score", *score_arguments(config, settings.root, today, spent_tonight=spent)]
     if args.db:
         argv += ["--db", args.db]
@@ -674,12 +676,12 @@ RUN_AGAIN = (
     "(decisions workspace topup NAME N) or raise BUDGET, then run the same command again:"
 )
 RUN_AGAIN_BUDGET = (
-    "Some rows were not scored: the budget ran out (the balance did not). Raise BUDGET, then "
-    "run the same command again:"
+    "Some rows were not scored or explained: the budget ran out (the balance did not). Raise "
+    "BUDGET, then run the same command again:"
 )
 RUN_AGAIN_BALANCE = (
-    "Some rows were not scored: the balance ran out. Top up (decisions workspace topup NAME N), "
-    "then run the same command again:"
+    "Some rows were not scored or explained: the balance ran out. Top up (decisions workspace "
+    "topup NAME N), then run the same command again:"
 )
 # Through a service the balance is the service's: a local top-up would not reach it.
 _AT_THE_SERVICE = "the workspace at the service (not a local ledger)"
@@ -719,13 +721,11 @@ def run_again(
     """How to go on after a run that left rows for lack of budget or balance, naming the one
     that stopped it when the rows left say; `budget_named`: where the run's budget is set;
     `db`: the run's --db, which the top-up needs too."""
-    results = outcome.results
-    why = set(results.filter(results["status"] == "skipped")["error_code"].drop_nulls())
-    unexplained = bool(dict(outcome.summary.notes).get(EXPLANATIONS_NOT_AFFORDED))
+    why = _what_stopped(outcome.results)
     advice = RUN_AGAIN
-    if why == {SKIPPED_BUDGET} and not unexplained:
+    if why == {SKIPPED_BUDGET}:
         advice = RUN_AGAIN_BUDGET
-    elif why == {SKIPPED_BALANCE} and not unexplained:
+    elif why == {SKIPPED_BALANCE}:
         advice = RUN_AGAIN_BALANCE
     topup = "decisions workspace topup NAME N"
     if dict(outcome.summary.notes).get("Scorer") == "remote":
@@ -734,6 +734,19 @@ def run_again(
         at = f" --db {shlex.quote(db)}" if db else ""
         advice = advice.replace(topup, f"decisions workspace topup {shlex.quote(workspace)} N{at}")
     return advice.replace("BUDGET", budget_named)
+
+
+def _what_stopped(results: pl.DataFrame) -> set[str | None]:
+    """What left rows unscored (their error_code) or unexplained (said in their message: the
+    run's budget, the workspace balance, or None for anything else)."""
+    why: set[str | None] = set(results.filter(results["status"] == "skipped")["error_code"])
+    unexplained = results.filter(results["error_code"] == REASONING_SKIPPED)["error_message"]
+    for message in unexplained.unique().to_list():
+        if "workspace balance" in (message or ""):
+            why.add(SKIPPED_BALANCE)
+        else:
+            why.add(SKIPPED_BUDGET if "budget" in (message or "") else None)
+    return why
 
 
 def command_line(argv: list[str]) -> str:

@@ -100,16 +100,29 @@ def _night_folder(config: NightlyConfig, root: Path, day: date) -> Path:
     return _resolved(config.output_dir, root) / day.isoformat()
 
 
-def spent_tonight(config: NightlyConfig, root: Path, day: date) -> int:
+def spent_tonight(config: NightlyConfig, root: Path, day: date, workspace: str | None) -> int:
     """The decisions the night's earlier runs of the job spent, as their manifests (set aside
-    by `make_room`) record it."""
+    by `make_room`) record it; another job's records (a folder shared) are not counted."""
+    source = _resolved(config.input, root)
     spent = 0
-    for earlier in _night_folder(config, root, day).glob("manifest-*.json"):
+    for path in _night_folder(config, root, day).glob("manifest-*.json"):
         try:
-            spent += int(json.loads(earlier.read_text(encoding="utf-8"))["decisions_spent"])
-        except (OSError, ValueError, TypeError, KeyError):
+            earlier = json.loads(path.read_text(encoding="utf-8"))
+            if _same_job(earlier, source, workspace):
+                spent += int(earlier.get("decisions_spent") or 0)
+        except (OSError, ValueError, TypeError, AttributeError):
             continue  # not a run's record: nothing it says was paid
     return spent
+
+
+def _same_job(earlier: dict[str, Any], source: Path, workspace: str | None) -> bool:
+    """Whether a night's record `earlier` is of the job scoring `source` for `workspace`
+    (None: not known before the run, through a service)."""
+    recorded = Path(str(earlier.get("input", "")))
+    # (a manifest of a version before 2026-11-25 recorded the file a link led to)
+    same_input = job_input(recorded) == job_input(source) or recorded == source.resolve()
+    paid_by = earlier.get("workspace") or workspace
+    return same_input and (workspace is None or paid_by == workspace)
 
 
 def score_arguments(
@@ -161,12 +174,11 @@ def make_room(config: NightlyConfig, root: Path, day: date, workspace: str | Non
         earlier = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    recorded = Path(str(earlier.get("input", "")))
-    # (a manifest of a version before 2026-11-25 recorded the file a link led to)
-    same_input = job_input(recorded) == job_input(source) or recorded == source.resolve()
-    paid_by = earlier.get("workspace") or workspace
-    failed_early = "error" in earlier and not earlier.get("outputs")  # a typo since fixed, say
-    if not failed_early and (not same_input or (workspace is not None and paid_by != workspace)):
+    # a run that failed before it paid or wrote anything (a typo since fixed, say) holds no night
+    failed_early = (
+        "error" in earlier and not earlier.get("outputs") and not earlier.get("decisions_spent")
+    )
+    if not failed_early and not _same_job(earlier, source, workspace):
         raise UsageError(
             f"{manifest.parent}: holds tonight's run of {earlier.get('input')} for workspace "
             f"{earlier.get('workspace')!r}, another job; give each nightly job its own output_dir"

@@ -81,7 +81,9 @@ def prepare(options: BatchOptions) -> Prepared:
     requests = normalize(raw, mapping).with_columns(
         reasoning=pl.lit(options.reasoning == "all"), row_number=row_numbers
     )
-    problems = reject_reasons(raw, requests, mapping, row_numbers, rows_in_sheet)
+    problems = reject_reasons(
+        raw, requests, mapping, row_numbers, rows_in_sheet, bytes_as_hex=read.format == "parquet"
+    )
     return Prepared(raw, mapping, requests, problems, notes, rows_in_sheet)
 
 

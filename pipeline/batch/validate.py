@@ -55,12 +55,16 @@ _SEPARATORS_RULE = (
 )
 
 
-def _unreadable_cell(raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnMap) -> pl.Series:
-    """Index into _TYPED of the first cell that has text but no typed value; null if none."""
+def _unreadable_cell(
+    raw: pl.DataFrame, requests: pl.DataFrame, mapping: ColumnMap, bytes_as_hex: bool
+) -> pl.Series:
+    """Index into _TYPED of the first cell that has text but no typed value, or a name field
+    an error value, or bytes (`bytes_as_hex`: a Parquet input's reader shows them in hex);
+    null if none."""
     checks = []
     for i, (column, _, pattern) in enumerate(_TYPED):
         header = mapping.fields.get(column)
-        if header is None:
+        if header is None or (pattern == NOT_TEXT and not bytes_as_hex):
             continue
         if pattern is not None:
             unread = raw[header].str.contains(pattern).fill_null(False)
@@ -79,15 +83,18 @@ def reject_reasons(
     mapping: ColumnMap,
     row_numbers: pl.Series,
     sheet_rows: pl.Series | None = None,
+    *,
+    bytes_as_hex: bool = False,
 ) -> pl.DataFrame:
     """Per input row: error_code, error_field, error_message, error_column, error_value.
 
     All null for a valid row; `error_code` set for every rejected one (a blank line has no
     field or column). `raw` is the file as read (text), `requests` its normalised
     request frame, `row_numbers` the 1-based data row numbers used in messages, with the row a
-    spreadsheet shows each on (`sheet_rows`, see batch.sheet_rows) when there is one.
+    spreadsheet shows each on (`sheet_rows`, see batch.sheet_rows) when there is one;
+    `bytes_as_hex`: the file is Parquet, whose reader shows bytes that are not text in hex.
     """
-    unread = _unreadable_cell(raw, requests, mapping)
+    unread = _unreadable_cell(raw, requests, mapping, bytes_as_hex)
     broken = violations(requests)
     bad = unread.is_not_null() | broken["error_field"].is_not_null()
     if not bad.any():

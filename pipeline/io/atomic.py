@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -103,15 +104,19 @@ def scratch_dir(path: Path) -> Iterator[Path]:
 # A temporary file or parts folder of an output untouched for this long belongs to a writer
 # that died (killed, SIGKILL after a cron timeout): no workbook takes hours to write.
 STALE_AFTER_S = 6 * 3600
+# After ".NAME.": what atomic_path and check_writable add (12 hex digits, .tmp or .probe), and
+# scratch_dir's mkdtemp (8 of its letters, digits and _, then .parts)
+_TEMPORARY_NAME = r"(?:[0-9a-f]{12}\.(?:tmp|probe)|[a-z0-9_]{8}\.parts)"
 
 
 def remove_stale_temporaries(path: Path) -> None:
     """Remove the temporary files and parts folders an earlier writer of `path` left behind
     when it was killed before it could (SIGKILL): an XLSX's parts are about its size again."""
     now = time.time()
+    ours = re.compile(re.escape(f".{path.name}.") + _TEMPORARY_NAME)
     for leftover in path.parent.glob(f".{glob.escape(path.name)}.*"):
-        if leftover.suffix not in (".tmp", ".parts", ".probe"):
-            continue
+        if not ours.fullmatch(leftover.name):
+            continue  # not named as this writer names its temporaries
         with contextlib.suppress(OSError):
             if now - leftover.stat().st_mtime < STALE_AFTER_S:
                 continue

@@ -34,12 +34,12 @@ class ThreadConnections:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._identity: tuple[int, int] | None = None  # (device, inode) of the file, once opened
 
-    def check_file(self) -> None:
-        """LedgerUnavailable if the database's path no longer leads to the file first opened
-        (deleted, moved or replaced while in use: what is written to a file nobody will open
-        again is lost)."""
+    def check_file(self, undone: str = "nothing was written") -> None:
+        """LedgerUnavailable (saying `undone`) if the database's path no longer leads to the
+        file first opened (deleted, moved or replaced while in use: what is written to a file
+        nobody will open again is lost)."""
         if self._identity is not None and _identity(self.path) != self._identity:
-            raise _moved()
+            raise _moved(undone)
 
     def get(self, *, waits: bool = True) -> sqlite3.Connection:
         name = "waiting" if waits else "not_waiting"
@@ -88,10 +88,10 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
-def _moved() -> LedgerUnavailable:
+def _moved(undone: str = "nothing was written") -> LedgerUnavailable:
     return LedgerUnavailable(
-        "the ledger's file was moved, deleted or replaced while in use, and nothing more is "
-        "written to it: put it back in its place (or restart with the new one)"
+        f"the ledger's file was moved, deleted or replaced while in use; {undone}: put it "
+        "back in its place (or restart with the new one)"
     )
 
 

@@ -110,24 +110,24 @@ class SqliteLedger:
         return self._connections.get()
 
     @contextmanager
-    def _transaction(self, *, wait: bool = True) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, undone: str, *, wait: bool = True) -> Iterator[sqlite3.Connection]:
         """A write transaction: LedgerBusy, nothing done, if another connection holds the write
         lock past the busy timeout (a minute), or at once with `wait=False`; LedgerUnavailable,
-        nothing done, if the ledger cannot be written (a full disk, a read-only file) or its
-        file is no longer the one opened (moved or deleted while in use: what is written to a
-        file nobody will open again is lost)."""
+        nothing done (`undone` says what), if the ledger cannot be written (a full disk, a
+        read-only file) or its file is no longer the one opened (moved or deleted while in
+        use: what is written to a file nobody will open again is lost)."""
         db = self._connections.get(waits=wait)
         _begin(db, waited_s=self._connections.busy_timeout_ms / 1000 if wait else 0)
         try:
-            self._connections.check_file()
+            self._connections.check_file(undone)
             yield db
             db.execute("COMMIT")
         except BaseException as exc:
             _roll_back(db)  # after a failed COMMIT too, as SQLite asks
             if isinstance(exc, sqlite3.OperationalError) and _cannot_write(exc):
                 raise LedgerUnavailable(
-                    f"the ledger cannot be written ({exc}); this charge was not made: try again "
-                    "once its disk has room (or its file can be written)"
+                    f"the ledger cannot be written ({exc}); {undone}: try again once its disk "
+                    "has room (or its file can be written)"
                 ) from exc
             raise
 
@@ -148,14 +148,14 @@ class SqliteLedger:
             raise UsageError("a workspace balance cannot be negative")
         if balance > MAX_BALANCE:
             raise UsageError(f"a workspace balance can be at most {MAX_BALANCE:,} decisions")
-        with self._transaction() as db:
+        with self._transaction("the workspace was not made") as db:
             if db.execute("SELECT 1 FROM workspaces WHERE name = ?", (name,)).fetchone():
                 raise UsageError(f"workspace {name!r} already exists in {self.path}")
             self._insert_workspace(db, name, balance)
         return Workspace(name, balance)
 
     def ensure_workspace(self, name: str, balance: int) -> Workspace:
-        with self._transaction() as db:
+        with self._transaction("the workspace was not made") as db:
             row = db.execute("SELECT balance FROM workspaces WHERE name = ?", (name,)).fetchone()
             if row is not None:
                 return Workspace(name, row[0])
@@ -212,7 +212,7 @@ class SqliteLedger:
     def topup(self, name: str, amount: int) -> Workspace:
         if amount <= 0:
             raise UsageError("a top-up must be a positive number of decisions")
-        with self._transaction() as db:
+        with self._transaction("the top-up was not made") as db:
             workspace_id, balance = self._row_to_pay(db, name)
             if amount > MAX_BALANCE - balance:
                 raise UsageError(
@@ -348,7 +348,7 @@ class SqliteLedger:
         fsync for many concurrent requests); a refusal comes back in place of its charge.
         Each workspace's balance is written once, at the end (its entries carry each step)."""
         results: list[Charge | LedgerError] = []
-        with self._transaction(wait=wait) as db:
+        with self._transaction("this charge was not made", wait=wait) as db:
             balances: dict[str, tuple[int, int]] = {}
             spent: set[str] = set()
             for workspace, request in charges:
@@ -381,7 +381,7 @@ class SqliteLedger:
     def complete_many(
         self, workspace: str, outcomes: list[tuple[str, str | None]], *, wait: bool = True
     ) -> None:
-        with self._transaction(wait=wait) as db:
+        with self._transaction("the answer was not stored", wait=wait) as db:
             workspace_id, _ = self._row(db, workspace)
             db.executemany(
                 "UPDATE idempotency SET state = 'done', response = ?"
@@ -391,7 +391,7 @@ class SqliteLedger:
 
     def refund(self, entry_id: int, reason: str) -> Workspace:
         """Give back a charge whose request failed; its idempotency key becomes free again."""
-        with self._transaction() as db:
+        with self._transaction("the refund was not made") as db:
             row = db.execute(
                 "SELECT e.workspace_id, e.amount, w.name, w.balance FROM entries e"
                 " JOIN workspaces w ON w.id = e.workspace_id WHERE e.id = ? AND e.kind = 'charge'",
