@@ -527,6 +527,20 @@ def test_a_time_of_day_with_a_fraction_of_a_second_reads_as_the_time(tmp_path: P
     assert read_table(path)["at"].to_list() == ["09:30:00.500"]
 
 
+def test_a_time_of_day_reads_as_the_time_in_the_1904_date_system_too(tmp_path: Path) -> None:
+    """QA 51: old Mac Excel's workbooks count days from 1904; a time read 1904-01-01 09:30:00."""
+    path = tmp_path / "mac.xlsx"
+    workbook = xlsxwriter.Workbook(path, {"date_1904": True})
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["listed", "viewing"])
+    sheet.write_datetime(
+        1, 0, dt.datetime(2024, 5, 1), workbook.add_format({"num_format": "yyyy-mm-dd"})
+    )
+    sheet.write_datetime(1, 1, dt.time(9, 30), workbook.add_format({"num_format": "hh:mm"}))
+    workbook.close()
+    assert_text_frame(read_table(path), {"listed": ["2024-05-01"], "viewing": ["09:30:00"]})
+
+
 def test_a_time_with_a_fraction_of_a_second_does_not_hide_the_tables_place(tmp_path: Path):
     # Found by a README review: one such cell turned merged and error cells off in a sheet
     # full of numbers ("no number cell to check it by"); its rows were then rejected.

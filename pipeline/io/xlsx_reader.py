@@ -12,7 +12,7 @@ and time cells only (a text cell that reads like one is kept as typed, found in 
 
 - a datetime at midnight becomes the date alone (``2024-05-01``), which is what a date cell shows;
 - a time of day alone (a cell holding 09:30, no date) becomes the time alone (``09:30:00``),
-  not a datetime on calamine's day zero (``1899-12-31 09:30:00``);
+  not a datetime on calamine's day zero (``1899-12-31 09:30:00``, 1904-01-01 in the 1904 system);
 - a number of 10^8 or more with a fraction prints binary noise in its 9 decimals
   (99999999.99 -> ``99999999.989999995``); such text is re-printed as the shortest decimal that
   reads back as the same double (``99999999.99``).
@@ -48,7 +48,9 @@ from pipeline.io.xlsx_sheet_xml import (
 logging.getLogger("calamine").addHandler(logging.NullHandler())
 
 MIDNIGHT = r"^(\d{4}-\d{2}-\d{2}) 00:00:00$"
-TIME_OF_DAY = r"^1899-12-31 (\d{2}:\d{2}:\d{2}(?:\.\d+)?)$"  # no Excel date is before 1900
+# calamine's day zero: 1899-12-31, or 1904-01-01 in a workbook of the 1904 date system (old Mac
+# Excel); no Excel date is before 1900, and a date-and-time on 1 January 1904 is not a listing's
+TIME_OF_DAY = r"^(?:1899-12-31|1904-01-01) (\d{2}:\d{2}:\d{2}(?:\.\d+)?)$"
 FLOAT_NOISE = r"^-?\d{8,}\.\d{9}$"
 NINE_DECIMALS = r"^-?\d+\.\d{9}$"  # how the text conversion prints a number it cut short
 
