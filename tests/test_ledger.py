@@ -314,3 +314,13 @@ def test_a_ledger_that_cannot_be_written_refuses_whole_and_works_again_after(tmp
         assert not db.in_transaction
     ledger.charge("acme", ChargeRequest(cost=1, idempotency_key="after", fingerprint="f"))
     assert ledger.workspace("acme").balance == 9_999 - charged
+
+
+def test_a_ledger_opened_read_only_refuses_its_writes_as_unavailable(ledger):
+    """QA 54: BEGIN IMMEDIATE on a file opened read-only raised a bare sqlite3 error: a 500 and
+    a traceback per request, and a remote run retrying each row as a service failure."""
+    for wait in (True, False):
+        ledger._connections.get(waits=wait).execute("PRAGMA query_only = ON")
+    with pytest.raises(LedgerUnavailable, match=r"readonly database.*charge was not made"):
+        ledger.charge("acme", ChargeRequest(cost=1, fingerprint="f"))
+    assert ledger.workspace("acme").balance == 10

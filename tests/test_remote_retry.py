@@ -286,6 +286,18 @@ def test_a_service_unavailable_through_every_retry_stops_the_run(status):
     assert f"answered HTTP {status} 4 time(s), so the run stopped" in scorer.stop_message
 
 
+def test_a_service_that_says_why_it_cannot_serve_is_quoted_in_the_stop():
+    # QA 54: "answered HTTP 503 5 time(s)" left out the service's reason (its ledger's disk)
+    said = "the ledger cannot be written (database or disk is full); this charge was not made"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, json={"error": "ledger_unavailable", "message": said})
+
+    scorer = scorer_with(handler, concurrency=1)
+    run(scorer, n=3)
+    assert f"answered HTTP 503 4 time(s) ({said}), so the run stopped" in scorer.stop_message
+
+
 @pytest.mark.parametrize(("status", "said"), [(503, "answered HTTP 503"), (None, "cannot be")])
 def test_a_service_that_cannot_say_who_pays_stops_the_run_before_anything(status, said):
     # Found by QA: a 503 to GET /v1/workspace let the run go on with no workspace recorded in
@@ -346,6 +358,24 @@ def test_409_in_progress_waits_and_retries_with_the_same_key():
         return httpx.Response(next(answers), json=DECISION, headers={"Retry-After": "1"})
 
     assert run(scorer_with(handler))["status"].to_list() == ["scored"]
+
+
+def test_409_is_waited_for_past_the_attempts_of_a_failure_and_then_bounded():
+    # QA 54: a charge that stands (its answer and refund not written) is held 409 for two
+    # minutes before its free replay; 8 attempts of a second each gave the row up as failed.
+    answers = iter([409] * 20 + [200])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(next(answers), json=DECISION, headers={"Retry-After": "1"})
+
+    assert run(scorer_with(handler))["status"].to_list() == ["scored"]  # 4 attempts configured
+
+    def held_for_ever(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(409, json={"error": "request_in_progress"})
+
+    result = run(scorer_with(held_for_ever))
+    assert result["status"].to_list() == ["failed"]
+    assert "run the same command again in a few minutes" in result["error_message"][0]
 
 
 def test_tenacity_stays_off_the_path_when_nothing_fails(monkeypatch):

@@ -117,7 +117,12 @@ class SqliteLedger:
         read-only file) or its file is no longer the one opened (moved or deleted while in
         use: what is written to a file nobody will open again is lost)."""
         db = self._connections.get(waits=wait)
-        _begin(db, waited_s=self._connections.busy_timeout_ms / 1000 if wait else 0)
+        try:
+            _begin(db, waited_s=self._connections.busy_timeout_ms / 1000 if wait else 0)
+        except sqlite3.OperationalError as exc:  # (BEGIN IMMEDIATE on a read-only file)
+            if _cannot_write(exc):
+                raise _unavailable(exc, undone) from exc
+            raise
         try:
             self._connections.check_file(undone)
             yield db
@@ -125,10 +130,7 @@ class SqliteLedger:
         except BaseException as exc:
             _roll_back(db)  # after a failed COMMIT too, as SQLite asks
             if isinstance(exc, sqlite3.OperationalError) and _cannot_write(exc):
-                raise LedgerUnavailable(
-                    f"the ledger cannot be written ({exc}); {undone}: try again once its disk "
-                    "has room (or its file can be written)"
-                ) from exc
+                raise _unavailable(exc, undone) from exc
             raise
 
     def close(self) -> None:
@@ -451,6 +453,13 @@ _CANNOT_WRITE = {8, 10, 13, 14}
 
 def _cannot_write(exc: sqlite3.OperationalError) -> bool:
     return getattr(exc, "sqlite_errorcode", 0) & 0xFF in _CANNOT_WRITE
+
+
+def _unavailable(exc: sqlite3.OperationalError, undone: str) -> LedgerUnavailable:
+    return LedgerUnavailable(
+        f"the ledger cannot be written ({exc}); {undone}: try again once its disk has room (or "
+        "its file can be written)"
+    )
 
 
 def _roll_back(db: sqlite3.Connection) -> None:

@@ -616,12 +616,13 @@ class HttpScorer:
             # The service, or the proxy before it, says it cannot serve through every retry:
             # as when it cannot be reached, the run stops rather than each row left spending
             # its own retries finding that out.
+            said = message[:200] if body.get("message") else ""  # its reason: a full disk...
             stop = Stop(
                 "failed",
                 "service_unavailable",
-                f"the service at {self.url} answered HTTP {status} {attempts} time(s), so the "
-                "run stopped; run the same command again once it is back: the same idempotency "
-                "keys make the retry safe",
+                f"the service at {self.url} answered HTTP {status} {attempts} time(s)"
+                f"{f' ({said})' if said else ''}, so the run stopped; run the same command again "
+                "once it is back: the same idempotency keys make the retry safe",
             )
             return self._halt(stop, fatal=True)
         if status == 429:
@@ -635,8 +636,16 @@ class HttpScorer:
                 "the same idempotency keys make the retry safe",
             )
             return self._halt(stop, fatal=True)
-        if status in RETRY_STATUSES:
-            code = {409: "request_in_progress"}.get(status, "service_unavailable")
+        if status == 409:
+            code = "request_in_progress"
+            message = (
+                f"the service answered HTTP 409 (request in progress) {attempts} time(s): it "
+                "still holds an earlier attempt of this request, whose charge stands and is "
+                "replayed free once the service counts it abandoned; run the same command again "
+                "in a few minutes: the same idempotency key makes the retry safe"
+            )
+        elif status in RETRY_STATUSES:
+            code = "service_unavailable"
             message = (
                 f"the service answered HTTP {status} {attempts} time(s); run the same command "
                 "again later: the same idempotency key makes the retry safe"

@@ -18,7 +18,9 @@ on before sending, so a 429 slows the whole run, not one task. (A 409's Retry-Af
 own request only and is not shared.) Attempts and total time are bounded by `RetryPolicy`; a 429
 is the service pacing its clients, not a failure, so attempts it refused count only towards a
 longer bound of their own (at a strict `--rate-limit`, workers racing for each second's requests
-would otherwise fail rows).
+would otherwise fail rows). So do attempts refused 409, waited for with growing backoff (at
+least their Retry-After): the service holds an earlier attempt whose charge stands (its answer
+or refund could not be written, or its server was killed) for two minutes before it replays it.
 
 The first attempt is a plain `await`; tenacity takes over only after a retryable failure, so its
 per-call machinery (20-40 us, and 35-50% of throughput at concurrency 32, PERF-NOTES) stays off
@@ -95,6 +97,11 @@ class RetryPolicy:
     # Retry-After of a second or more, the time bound comes first; tests sleep not at all).
     throttled_s: float = 600.0
     throttled_attempts: int = 1000
+    # A request refused 409 (its key's earlier attempt still held by the service: in progress,
+    # or a charge that stands, replayed free once the service counts it abandoned, two minutes
+    # after it began) is retried this long, or this many times, its waits growing as backoff.
+    in_progress_s: float = 180.0
+    in_progress_attempts: int = 30
 
 
 async def _sleep(seconds: float) -> None:
@@ -208,10 +215,15 @@ async def _retry(
             # "Retry-After: 0" (or a date gone by) is no pause at all: the backoff's instead,
             # or a run would hammer a service that says so for a thousand attempts on end.
             if after is not None and after > 0:
-                if exc.response.status_code == 409 or turned_away(exc.response):
-                    return after  # this request's own wait (a slot, our earlier attempt)
+                if exc.response.status_code == 409:  # our earlier attempt: held for minutes
+                    return max(after, backoff(state))  # when a charge of it stands
+                if turned_away(exc.response):
+                    return after  # this request's own wait (a slot)
                 pause.hold(after)  # everyone waits, this worker too (at pause.wait below)
                 return 0.0
+        return backoff(state)
+
+    def backoff(state: RetryCallState) -> float:
         # Half the cap for sure, half at random: workers spread out, and the waits add up to
         # at least half their caps' sum (full jitter could add up to almost nothing).
         doublings = min(state.attempt_number - 1, 32)  # 2.0 ** 1024 overflows a float
@@ -219,20 +231,23 @@ async def _retry(
         return cap / 2 + random.uniform(0, cap / 2)
 
     # throttled: attempts refused 429, not among `policy.attempts`; paced: those of them whose
-    # only send was refused (never charged)
-    attempts = throttled = paced = refused = 0
+    # only send was refused (never charged); held: attempts refused 409, not among them either
+    attempts = throttled = paced = refused = held = 0
 
     def stop(state: RetryCallState) -> bool:
         if stopped is not None and stopped.is_set():
             return True
         since = state.seconds_since_start or 0.0
-        if throttled:  # the service is pacing its clients: wait for it, up to its own bound
-            return (
-                attempts - throttled >= policy.attempts
-                or throttled >= policy.throttled_attempts
-                or since >= policy.throttled_s
-            )
-        return attempts >= policy.attempts or since >= policy.total_s
+        # the service pacing its clients, or holding our earlier attempt: waited for, up to
+        # bounds of their own
+        bounds = [policy.throttled_s] if throttled else []
+        bounds += [policy.in_progress_s] if held else []
+        return (
+            attempts - throttled - held >= policy.attempts
+            or throttled >= policy.throttled_attempts
+            or held >= policy.in_progress_attempts
+            or since >= max(bounds or [policy.total_s])
+        )
 
     retrying = AsyncRetrying(
         stop=stop,
@@ -256,6 +271,7 @@ async def _retry(
                     status, once = failure.response.status_code, failure.response.sends == 1
                     waited = status == 429 or turned_away(failure.response)
                     throttled += waited
+                    held += status == 409
                     paced += waited and once
                     refused += (status == 409 or waited) and once
                 raise failure
