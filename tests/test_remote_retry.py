@@ -289,13 +289,16 @@ def test_a_service_unavailable_through_every_retry_stops_the_run(status):
 def test_a_service_that_says_why_it_cannot_serve_is_quoted_in_the_stop():
     # QA 54: "answered HTTP 503 5 time(s)" left out the service's reason (its ledger's disk)
     said = "the ledger cannot be written (database or disk is full); this charge was not made"
+    sent = said.replace("; ", ";\r\n\x1b[31m")  # on one line, no escape reaching a terminal
 
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(503, json={"error": "ledger_unavailable", "message": said})
+        return httpx.Response(503, json={"error": "ledger_unavailable", "message": sent})
 
     scorer = scorer_with(handler, concurrency=1)
     run(scorer, n=3)
-    assert f"answered HTTP 503 4 time(s) ({said}), so the run stopped" in scorer.stop_message
+    assert scorer.stop_message is not None
+    quoted = said.replace("; ", "; [31m")
+    assert f"answered HTTP 503 4 time(s) ({quoted}), so the run stopped" in scorer.stop_message
 
 
 @pytest.mark.parametrize(("status", "said"), [(503, "answered HTTP 503"), (None, "cannot be")])
@@ -364,18 +367,34 @@ def test_409_is_waited_for_past_the_attempts_of_a_failure_and_then_bounded():
     # QA 54: a charge that stands (its answer and refund not written) is held 409 for two
     # minutes before its free replay; 8 attempts of a second each gave the row up as failed.
     answers = iter([409] * 20 + [200])
+    held = {"error": "request_in_progress", "message": "still in progress"}
 
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(next(answers), json=DECISION, headers={"Retry-After": "1"})
+        status = next(answers)
+        return httpx.Response(status, json=held if status == 409 else DECISION)
 
     assert run(scorer_with(handler))["status"].to_list() == ["scored"]  # 4 attempts configured
 
+    sent = 0
+
     def held_for_ever(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(409, json={"error": "request_in_progress"})
+        nonlocal sent
+        sent += 1
+        return httpx.Response(409, json=held)
 
     result = run(scorer_with(held_for_ever))
-    assert result["status"].to_list() == ["failed"]
+    assert result["status"].to_list() == ["failed"] and sent == 30
     assert "run the same command again in a few minutes" in result["error_message"][0]
+
+    sent = 0  # QA 56: a gateway's 409 is no held request of ours: bounded as a failure
+
+    def conflict(request: httpx.Request) -> httpx.Response:
+        nonlocal sent
+        sent += 1
+        return httpx.Response(409, json={"error": "conflict"})
+
+    result = run(scorer_with(conflict))
+    assert result["error_code"].to_list() == ["service_unavailable"] and sent == 4
 
 
 def test_tenacity_stays_off_the_path_when_nothing_fails(monkeypatch):

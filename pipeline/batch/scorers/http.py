@@ -60,6 +60,7 @@ from pipeline.batch.scorers.retry import (
     RetriesExhausted,
     RetryPolicy,
     Sent,
+    in_progress,
     send_with_retry,
     turned_away,
 )
@@ -84,6 +85,7 @@ INVALID_KEY_MESSAGE = (
 )
 IN_DOUBT = "in_doubt"  # failed, perhaps charged: the next run sends it under the same key
 _REPLAYED = "_replayed"  # marks a scored row answered by a replay, until it is settled
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 _INT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Int64())
 _FLOAT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.Float64())
 _TEXT_COLUMNS = frozenset(c for c, t in OUTPUT_SCHEMA.items() if t == pl.String())
@@ -616,7 +618,9 @@ class HttpScorer:
             # The service, or the proxy before it, says it cannot serve through every retry:
             # as when it cannot be reached, the run stops rather than each row left spending
             # its own retries finding that out.
-            said = message[:200] if body.get("message") else ""  # its reason: a full disk...
+            # its reason (a full disk...), on one line: no control character of a service's
+            # reaches a terminal or a log
+            said = _CONTROL.sub(" ", message)[:200] if body.get("message") else ""
             stop = Stop(
                 "failed",
                 "service_unavailable",
@@ -636,13 +640,14 @@ class HttpScorer:
                 "the same idempotency keys make the retry safe",
             )
             return self._halt(stop, fatal=True)
-        if status == 409:
+        if in_progress(response):
             code = "request_in_progress"
             message = (
                 f"the service answered HTTP 409 (request in progress) {attempts} time(s): it "
-                "still holds an earlier attempt of this request, whose charge stands and is "
-                "replayed free once the service counts it abandoned; run the same command again "
-                "in a few minutes: the same idempotency key makes the retry safe"
+                "still holds an earlier attempt of this request (still being answered, or a "
+                "charge that stands, replayed free once the service counts it abandoned); run "
+                "the same command again in a few minutes: the same idempotency key makes the "
+                "retry safe"
             )
         elif status in RETRY_STATUSES:
             code = "service_unavailable"

@@ -63,6 +63,15 @@ def turned_away(response: Answer) -> bool:
     return response.status_code == 503 and _TURNED_AWAY in response.content
 
 
+# The service holding this key's earlier attempt (409 request_in_progress): any other 409 (a
+# gateway's) is retried as a failure is.
+_IN_PROGRESS = b'"request_in_progress"'
+
+
+def in_progress(response: Answer) -> bool:
+    return response.status_code == 409 and _IN_PROGRESS in response.content
+
+
 # The transport raises httpx's exceptions; the others are a safety net for what might escape.
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     httpx.TransportError,
@@ -215,7 +224,7 @@ async def _retry(
             # "Retry-After: 0" (or a date gone by) is no pause at all: the backoff's instead,
             # or a run would hammer a service that says so for a thousand attempts on end.
             if after is not None and after > 0:
-                if exc.response.status_code == 409:  # our earlier attempt: held for minutes
+                if in_progress(exc.response):  # our earlier attempt: held for minutes
                     return max(after, backoff(state))  # when a charge of it stands
                 if turned_away(exc.response):
                     return after  # this request's own wait (a slot)
@@ -271,7 +280,7 @@ async def _retry(
                     status, once = failure.response.status_code, failure.response.sends == 1
                     waited = status == 429 or turned_away(failure.response)
                     throttled += waited
-                    held += status == 409
+                    held += in_progress(failure.response)
                     paced += waited and once
                     refused += (status == 409 or waited) and once
                 raise failure
