@@ -37,6 +37,30 @@ def describe_os_error(path: Path, exc: OSError) -> OutputError:
     return OutputError(f"{path}: cannot write the output ({reason}){hint}")
 
 
+NAME_MAX_BYTES = 255  # of a file name, on the file systems in use (ext4, XFS, APFS, NTFS)
+PATH_MAX_BYTES = 4096
+# What the temporary names below add to the output's (".NAME.<12 hex>.probe" and the like)
+TEMPORARY_NAME_BYTES = 24
+
+
+def check_name_fits(path: Path) -> None:
+    """UsageError for an output whose name (with the temporary names' additions) or whole path
+    is longer than a file system takes."""
+    name = len(os.fsencode(path.name))
+    if name + TEMPORARY_NAME_BYTES > NAME_MAX_BYTES:
+        raise UsageError(
+            f"{path}: its name is too long ({name} bytes; a file name holds {NAME_MAX_BYTES}, "
+            f"{TEMPORARY_NAME_BYTES} of which the writer's temporary file needs); nothing was "
+            "charged. Choose a shorter output name (-o)"
+        )
+    whole = len(os.fsencode(path.absolute()))
+    if whole + TEMPORARY_NAME_BYTES > PATH_MAX_BYTES:
+        raise UsageError(
+            f"the output path is too long ({whole:,} bytes; a path holds {PATH_MAX_BYTES:,}); "
+            "nothing was charged. Choose a shorter output (-o)"
+        )
+
+
 def check_writable(path: Path) -> None:
     """UsageError if no file can be made where `path` goes: in its folder, or in the nearest
     folder above it that exists (where its folders would be made), or a file stands in the

@@ -10,14 +10,13 @@ complete new file or whatever was there before.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import polars as pl
 
 from pipeline.batch.summary import RunSummary
 from pipeline.errors import UsageError
-from pipeline.io.atomic import check_writable
+from pipeline.io.atomic import check_name_fits, check_writable
 from pipeline.io.csv_writer import write_csv
 from pipeline.io.parquet_types import with_input_types
 from pipeline.io.parquet_writer import write_parquet
@@ -53,7 +52,7 @@ def check_output_capacity(path: Path, rows: int, columns: int | None = None) -> 
     columns.
     """
     path = Path(path)
-    _check_name_length(path)
+    check_name_fits(path)
     if path.is_dir():
         suffix = path.suffix if path.suffix.lower() in OUTPUT_FORMATS else ".xlsx"
         raise UsageError(f"{path}: is a folder; name the file to write (-o {path}/NAME{suffix})")
@@ -62,29 +61,6 @@ def check_output_capacity(path: Path, rows: int, columns: int | None = None) -> 
 
         check_xlsx_capacity(path, rows, columns)
     check_writable(path)
-
-
-NAME_MAX_BYTES = 255  # of a file name, on the file systems in use (ext4, XFS, APFS, NTFS)
-PATH_MAX_BYTES = 4096
-# What the writer's temporary names add to the output's (".NAME.<12 hex>.probe" and the like)
-TEMPORARY_NAME_BYTES = 24
-
-
-def _check_name_length(path: Path) -> None:
-    """UsageError for an output whose name (with the writer's temporary additions) or whole
-    path is longer than a file system takes."""
-    name = len(os.fsencode(path.name))
-    if name + TEMPORARY_NAME_BYTES > NAME_MAX_BYTES:
-        raise UsageError(
-            f"{path}: its name is too long ({name} bytes; a file name holds {NAME_MAX_BYTES}, "
-            f"{TEMPORARY_NAME_BYTES} of which the writer's temporary file needs); nothing was "
-            "charged. Choose a shorter output name (-o)"
-        )
-    if len(os.fsencode(path.absolute())) + TEMPORARY_NAME_BYTES > PATH_MAX_BYTES:
-        raise UsageError(
-            f"the output path is too long ({len(os.fsencode(path.absolute())):,} bytes; a path "
-            f"holds {PATH_MAX_BYTES:,}); nothing was charged. Choose a shorter output (-o)"
-        )
 
 
 def write_output(

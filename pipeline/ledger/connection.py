@@ -34,7 +34,7 @@ class ThreadConnections:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._identity: tuple[int, int] | None = None  # (device, inode) of the file, once opened
 
-    def check_file(self, undone: str = "nothing was written") -> None:
+    def check_file(self, undone: str) -> None:
         """LedgerUnavailable (saying `undone`) if the database's path no longer leads to the
         file first opened (deleted, moved or replaced while in use: what is written to a file
         nobody will open again is lost)."""

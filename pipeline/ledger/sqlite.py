@@ -119,18 +119,16 @@ class SqliteLedger:
         db = self._connections.get(waits=wait)
         try:
             _begin(db, waited_s=self._connections.busy_timeout_ms / 1000 if wait else 0)
-        except sqlite3.OperationalError as exc:  # (BEGIN IMMEDIATE on a read-only file)
-            if _cannot_write(exc):
-                raise _unavailable(exc, undone) from exc
-            raise
-        try:
             self._connections.check_file(undone)
             yield db
             db.execute("COMMIT")
         except BaseException as exc:
-            _roll_back(db)  # after a failed COMMIT too, as SQLite asks
+            _roll_back(db)  # after a failed COMMIT too, as SQLite asks (none after BEGIN failed)
             if isinstance(exc, sqlite3.OperationalError) and _cannot_write(exc):
-                raise _unavailable(exc, undone) from exc
+                raise LedgerUnavailable(
+                    f"the ledger cannot be written ({exc}); {undone}: try again once its disk "
+                    "has room (or its file can be written)"
+                ) from exc
             raise
 
     def close(self) -> None:
@@ -453,13 +451,6 @@ _CANNOT_WRITE = {8, 10, 13, 14}
 
 def _cannot_write(exc: sqlite3.OperationalError) -> bool:
     return getattr(exc, "sqlite_errorcode", 0) & 0xFF in _CANNOT_WRITE
-
-
-def _unavailable(exc: sqlite3.OperationalError, undone: str) -> LedgerUnavailable:
-    return LedgerUnavailable(
-        f"the ledger cannot be written ({exc}); {undone}: try again once its disk has room (or "
-        "its file can be written)"
-    )
 
 
 def _roll_back(db: sqlite3.Connection) -> None:

@@ -20,7 +20,6 @@ from pipeline.errors import (
     InsufficientDecisions,
     LedgerUnavailable,
     PipelineError,
-    RequestValidationError,
 )
 from pipeline.ledger.accounts import AccountStore, Caller, InvalidApiKey
 from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, valid_idempotency_key
@@ -216,13 +215,11 @@ class DecisionHandler:
             if seen is not None and decision.replayed:
                 seen["replayed"] = True
             return decision.body
-        except (ApiError, RequestValidationError) as refused:
-            paced = isinstance(refused, ApiError) and refused.status == 429  # told when to return
+        except ApiError as refused:  # (an invalid body at zero: the desk answers 402 itself)
+            paced = refused.status == 429  # told when to return
             if caller is not None and not paced and self.desk.spent(caller.workspace):
                 raise translate(InsufficientDecisions(requested_cost(incoming.body), 0)) from None
-            if isinstance(refused, ApiError):
-                raise
-            raise translate(refused) from None
+            raise
         except PipelineError as exc:
             if caller is None and seen is not None:
                 seen["key_prefix"] = refused_key_prefix(exc)
