@@ -152,7 +152,9 @@ def test_encoding_override(tmp_path: Path) -> None:
 
 def test_wrong_encoding_override_names_file_and_suggests(tmp_path: Path) -> None:
     path = write(tmp_path, "x.csv", ARABIC_CSV.encode("cp1256"))
-    with pytest.raises(InputError, match=r"x\.csv: is not valid UTF-8 text; try --encoding"):
+    with pytest.raises(
+        InputError, match=r"x\.csv: is not valid UTF-8 text \(byte 0, line 1\); try --encoding"
+    ):
         read_table(path, encoding="utf-8")
     with pytest.raises(InputError, match="unknown encoding 'klingon'"):
         read_table(path, encoding="klingon")

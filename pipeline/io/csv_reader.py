@@ -353,10 +353,21 @@ def _text_of(source: Path | bytes) -> str:
         try:
             return content.decode("utf-8-sig")
         except UnicodeDecodeError as exc:  # named UTF-8 by --encoding, and it is not
-            raise InputError(
-                f"{source}: is not valid UTF-8 text ({_where(content, exc.start)}); {ENCODING_HINT}"
-            ) from None
+            raise _not_utf8(source, content, exc.start) from None
     return source.decode("utf-8")
+
+
+def _not_utf8(path: Path, content: bytes, offset: int | None) -> InputError:
+    where = f" ({_where(content, offset)})" if offset is not None else ""
+    return InputError(f"{path}: is not valid UTF-8 text{where}; {ENCODING_HINT}")
+
+
+def _first_invalid_utf8(content: bytes) -> int | None:
+    try:
+        content.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return None
 
 
 def _translate(
@@ -364,7 +375,9 @@ def _translate(
 ) -> InputError:
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if "utf-8" in message.lower():
-        return InputError(f"{path}: is not valid UTF-8 text; {ENCODING_HINT}")
+        # which chunk polars refuses first depends on its thread count; the byte is found here
+        content = source.read_bytes() if isinstance(source, Path) else source
+        return _not_utf8(path, content, _first_invalid_utf8(content))
     if "more fields" in message:
         return InputError(f"{path}: {_too_many_fields(source, separator, skip)}")
     return InputError(f"{path}: cannot be read as CSV ({message})")
