@@ -44,8 +44,10 @@ benchmarks: $(STAMP)
 sample: $(STAMP)
 	$(BIN)/python scripts/make_sample_portfolio.py
 
+# The ledger (.cache/decisions.db: balances, API keys) and the run journals (.cache/journals:
+# what was paid) are data, not build output: kept.
 clean:
-	rm -rf $(VENV) out .cache
+	rm -rf $(VENV) out
 
 nightly: bytecode
 	$(BIN)/decisions nightly

@@ -154,6 +154,9 @@ def test_reserve_leaves_its_decisions_in_the_balance(tmp_path, db, capsys):
     skipped = frame.filter(pl.col("status") == "skipped")
     assert set(skipped["error_code"]) == {"insufficient_decisions"}
     assert "the workspace balance (4900) is down to --reserve 4900" in skipped["error_message"][0]
+    said = capsys.readouterr().err  # QA 58: it was "the balance ran out"
+    assert "the balance came down to --reserve (the decisions kept back). Top up" in said
+    assert "or lower --reserve, then run the same command again" in said
 
 
 def test_a_short_balance_stops_at_what_it_can_pay(tmp_path, capsys):
@@ -177,6 +180,19 @@ def test_a_short_balance_stops_at_what_it_can_pay(tmp_path, capsys):
     assert "the balance ran out. Top up" in printed.err  # not the budget: it had none
     assert f"(decisions workspace topup small N --db {db})" in printed.err  # where to top up
     assert "run the same command again" in printed.err
+
+
+def test_the_top_up_advice_names_a_ledger_the_environment_chose(tmp_path, monkeypatch, capsys):
+    """QA 58: with the ledger chosen by DECISIONS_DB, the advice said `decisions workspace topup
+    small N`, which a shell without the variable sends to another ledger (made there)."""
+    db = str(tmp_path / "ledger.db")
+    assert main(["workspace", "create", "small", "--balance", "30", "--db", db]) == 0
+    monkeypatch.setenv("DECISIONS_DB", db)
+    capsys.readouterr()
+    code = main(["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "s.csv"),
+                 "--workspace", "small", "--journal", str(tmp_path / "j.journal")])  # fmt: skip
+    assert code == 3
+    assert f"(decisions workspace topup small N --db {db})" in capsys.readouterr().out
 
 
 def test_borderline_reasoning_only_for_partial_verdicts(tmp_path, db):

@@ -22,6 +22,13 @@ def _project(root: Path) -> Path:
     return configs
 
 
+def _ledger(root: Path, balance: int = 100_000) -> str:
+    """A ledger whose local workspace holds `balance`: a nightly run never starts one."""
+    db = str(root / "ledger.db")
+    assert main(["workspace", "create", "local", "--balance", str(balance), "--db", db]) == 0
+    return db
+
+
 def test_two_nights_dated_outputs_manifest_and_no_second_payment(tmp_path, monkeypatch):
     configs = _project(tmp_path)
     (configs / "nightly.toml").write_text(
@@ -30,7 +37,7 @@ def test_two_nights_dated_outputs_manifest_and_no_second_payment(tmp_path, monke
         encoding="utf-8",
     )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
 
     assert main(["nightly", "--db", db]) == 0
     night = tmp_path / "out" / "nightly" / date.today().isoformat()
@@ -64,7 +71,7 @@ def test_a_rerun_the_same_night_spends_only_what_is_left_of_the_nights_budget(
         encoding="utf-8",
     )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
     assert main(["nightly", "--db", db]) == 3
     capsys.readouterr()
     assert main(["nightly", "--db", db]) == 3
@@ -100,7 +107,7 @@ def test_a_latest_link_repointed_the_same_day_is_the_same_job(tmp_path, monkeypa
         encoding="utf-8",
     )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
     assert main(["nightly", "--db", db]) == 0
     (data / "latest.csv").unlink()
     (data / "latest.csv").symlink_to("export-2.csv")
@@ -129,7 +136,7 @@ def test_two_jobs_sharing_an_output_folder_are_told_apart_not_overwritten(
             encoding="utf-8",
         )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
     assert main(["nightly", "--config", str(configs / "a.toml"), "--db", db]) == 0
     assert main(["nightly", "--config", str(configs / "b.toml"), "--db", db]) == 2
     assert "give each nightly job its own output_dir" in capsys.readouterr().err
@@ -157,7 +164,7 @@ def test_a_nightly_job_takes_a_column_mapping_and_the_options_of_score(
         encoding="utf-8",
     )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    assert main(["nightly", "--db", str(tmp_path / "ledger.db")]) == 3  # budget 1: one row
+    assert main(["nightly", "--db", _ledger(tmp_path)]) == 3  # budget 1: one row
     # how to go on names the budget where a nightly job sets it (it has no --budget; QA 28)
     said = capsys.readouterr().out
     assert "Raise `budget` in configs/nightly.toml, then run the same command again" in said
@@ -188,7 +195,7 @@ def test_a_failed_rerun_leaves_the_nights_manifest_and_another_workspace_is_anot
         'input = "portfolio.xlsx"\nworkspace = "beta"\nformats = ["csv"]\n', encoding="utf-8"
     )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
     assert main(["workspace", "create", "beta", "--balance", "1000", "--db", db]) == 0
     assert main(["nightly", "--db", db]) == 0  # sheet = 0: a position, as score takes it
     night = tmp_path / "out" / "nightly" / date.today().isoformat()
@@ -209,7 +216,7 @@ def test_a_night_that_stops_before_its_summary_still_leaves_a_manifest(tmp_path,
         'input = "exports/portfolio.csv"\nformats = ["csv"]\n', encoding="utf-8"
     )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
 
     assert main(["nightly", "--db", db]) == 2  # tonight's export never arrived
     night = tmp_path / "out" / "nightly" / date.today().isoformat()
@@ -258,7 +265,7 @@ def test_a_night_that_fails_after_paying_says_what_it_paid(tmp_path, monkeypatch
         f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["csv", "xlsx"]\n', encoding="utf-8"
     )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
     night = tmp_path / "out" / "nightly" / date.today().isoformat()
 
     def disk_full(path, *args, **kwargs):  # the disk, the one thing a test cannot fill here
@@ -277,7 +284,7 @@ def test_a_night_that_failed_on_a_typo_does_not_bar_the_corrected_one(tmp_path, 
     nightly = configs / "nightly.toml"
     nightly.write_text('input = "portfolio.csvv"\nformats = ["csv"]\n', encoding="utf-8")
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
     assert main(["nightly", "--db", db]) == 2
     (tmp_path / "portfolio.csv").write_bytes((SAMPLE / "portfolio.csv").read_bytes())
     nightly.write_text('input = "portfolio.csv"\nformats = ["csv"]\n', encoding="utf-8")
@@ -291,7 +298,7 @@ def test_a_mistake_in_the_configuration_is_named_in_plain_words(tmp_path, monkey
     configs = _project(tmp_path)
     nightly = configs / "nightly.toml"
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
     source = SAMPLE / "portfolio.csv"
     nightly.write_text(f'input = "{source}"\nbudjet = 5\nformats = ["csv", "pdf"]\n', "utf-8")
     capsys.readouterr()
@@ -325,7 +332,7 @@ def test_a_rerun_stopped_after_paying_leaves_its_record_beside_the_first_runs(
         encoding="utf-8",
     )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
     assert main(["nightly", "--db", db]) == 3
     nightly.write_text(f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\n', "utf-8")
     record, recorded = Journal.record, []
@@ -356,7 +363,7 @@ def test_a_job_whose_journal_is_named_stays_one_when_the_export_changes_format(
     configs = _project(tmp_path)
     nightly = configs / "nightly.toml"
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = str(tmp_path / "ledger.db")
+    db = _ledger(tmp_path)
     for export in ("portfolio.csv", "portfolio.xlsx"):  # on two nights (two folders)
         nightly.write_text(
             f'input = "{SAMPLE / export}"\noutput_dir = "out/{export}"\nformats = ["parquet"]\n'
@@ -368,3 +375,22 @@ def test_a_job_whose_journal_is_named_stays_one_when_the_export_changes_format(
         manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["decisions_spent"] == (360 if export.endswith("csv") else 0)
     assert (tmp_path / "journals" / "agency").is_file()
+
+
+def test_a_nightly_run_refuses_a_ledger_that_is_not_there(tmp_path, monkeypatch, capsys):
+    """QA 58: a mistyped --db (or DECISIONS_DB on a volume not mounted) started a new ledger
+    whose local workspace opened with 100,000 decisions, and the night paid from it, with
+    only a note on stderr that nobody reads at night."""
+    configs = _project(tmp_path)
+    (configs / "nightly.toml").write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\nbudget = 1000\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    missing = tmp_path / "mistyped.db"
+    assert main(["nightly", "--db", str(missing)]) == 2
+    assert f"no ledger at {missing}: check --db (or DECISIONS_DB)" in capsys.readouterr().err
+    monkeypatch.setenv("DECISIONS_DB", str(missing))
+    assert main(["nightly"]) == 2
+    assert not missing.exists()
+    assert not list((tmp_path / "out").rglob("*.parquet"))

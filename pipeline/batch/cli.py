@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import signal
 import sqlite3
@@ -35,7 +36,7 @@ from pipeline.errors import (
     UsageError,
 )
 from pipeline.ledger.key_text import redact_keys_in_message
-from pipeline.settings import Settings
+from pipeline.settings import Settings, ledger_location
 
 if TYPE_CHECKING:
     import polars as pl
@@ -102,7 +103,7 @@ def add_score_command(commands: Any) -> None:
     add_remote_options(score)
     # What raises the budget, as the advice to go on names it: `decisions nightly` reads it
     # from its configuration file, and has no --budget.
-    score.set_defaults(handler=cmd_score, budget_named="--budget")
+    score.set_defaults(handler=cmd_score, budget_named="--budget", unattended=False)
 
 
 def add_nightly_command(commands: Any) -> None:
@@ -133,6 +134,7 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     parser = CommandParser(prog="decisions")
     add_score_command(parser.add_subparsers(dest="command"))
     score_args = parser.parse_args(argv)
+    score_args.unattended = True  # a ledger named and not there is refused, not started
     score_args.budget_named = f"`budget` in {args.config or 'configs/nightly.toml'}"
     if spent:
         score_args.budget_named += f" ({config.budget:,} a night, {spent:,} spent by earlier runs)"
@@ -152,7 +154,9 @@ def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[Loca
         settings,
         args.db,
         charges_local=workspace == settings.ledger.workspace,
-        must_exist=args.dry_run,  # a dry run makes nothing: a mistyped --db is said to be
+        # A dry run makes nothing, and a nightly run has nobody to read a note: a mistyped
+        # --db (or DECISIONS_DB) is said to be, before anything is charged.
+        must_exist=args.dry_run or args.unattended,
         stale_in_flight_s=0,
     )
     ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
@@ -563,8 +567,9 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         write_manifest(args.manifest, manifest)
     if args.json:
         print(json.dumps(manifest, ensure_ascii=False, indent=2))
-    elif not args.quiet:
-        print_summary(outcome, sys.argv, budget_named=args.budget_named, db=args.db)
+    named_ledger = _ledger_to_name(args, settings)
+    if not (args.json or args.quiet):
+        print_summary(outcome, sys.argv, budget_named=args.budget_named, db=named_ledger)
     if args.quiet:
         # What the summary would have warned of (rows read as one cell): cron mails stderr.
         for label, value in outcome.summary.notes:
@@ -573,12 +578,23 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     if (args.json or args.quiet) and rows_left(outcome):
         # Rows were left: even a quiet run (cron mails what it prints) says how to go on,
         # on stderr, as stdout is for the JSON.
-        advice = run_again(outcome, budget_named=args.budget_named, db=args.db)
+        advice = run_again(outcome, budget_named=args.budget_named, db=named_ledger)
         print(advice + "\n  " + command_line(sys.argv), file=sys.stderr)
     elif (args.json or args.quiet) and failed is not None and stopped is None:
         print(f"decisions: error: {failed}. {RETRY_FAILED}\n  {command_line(sys.argv)}",
               file=sys.stderr)  # fmt: skip
     return outcome.exit_code
+
+
+def _ledger_to_name(args: argparse.Namespace, settings: Settings) -> str | None:
+    """The ledger a top-up after this run must name: its --db, or the file the environment
+    chose (DECISIONS_DB, DECISIONS_SETTINGS), which the shell the top-up is typed in may not
+    have; None for the settings' own file."""
+    if args.db:
+        return args.db
+    if os.environ.get("DECISIONS_DB") or os.environ.get("DECISIONS_SETTINGS"):
+        return str(ledger_location(settings, None)[0])
+    return None
 
 
 def print_plan(plan: Plan, *, as_json: bool) -> None:
@@ -683,6 +699,13 @@ RUN_AGAIN_BALANCE = (
     "Some rows were not scored or explained: the balance ran out. Top up (decisions workspace "
     "topup NAME N), then run the same command again:"
 )
+RUN_AGAIN_RESERVE = (
+    "Some rows were not scored or explained: the balance came down to --reserve (the decisions "
+    "kept back). Top up (decisions workspace topup NAME N) or lower --reserve, then run the "
+    "same command again:"
+)
+# Rows left by --reserve are skipped for the balance; their message names the reserve.
+_RESERVE_REACHED = "reserve"
 # Through a service the balance is the service's: a local top-up would not reach it.
 _AT_THE_SERVICE = "the workspace at the service (not a local ledger)"
 
@@ -727,6 +750,8 @@ def run_again(
         advice = RUN_AGAIN_BUDGET
     elif why == {SKIPPED_BALANCE}:
         advice = RUN_AGAIN_BALANCE
+    elif why == {_RESERVE_REACHED}:
+        advice = RUN_AGAIN_RESERVE
     topup = "decisions workspace topup NAME N"
     if dict(outcome.summary.notes).get("Scorer") == "remote":
         advice = advice.replace(f"({topup})", _AT_THE_SERVICE)
@@ -737,15 +762,23 @@ def run_again(
 
 
 def _what_stopped(results: pl.DataFrame) -> set[str | None]:
-    """What left rows unscored (their error_code) or unexplained (said in their message: the
-    run's budget, the workspace balance, or None for anything else)."""
-    why: set[str | None] = set(results.filter(results["status"] == "skipped")["error_code"])
+    """What left rows unscored (their error_code) or unexplained (said in their message): the
+    run's budget, the workspace balance, the balance down to --reserve (said in the message of
+    either), or None for anything else."""
+    why: set[str | None] = set()
+    skipped = results.filter(results["status"] == "skipped").select("error_code", "error_message")
+    for code, message in skipped.unique().iter_rows():
+        reserve = code == SKIPPED_BALANCE and "--reserve" in (message or "")
+        why.add(_RESERVE_REACHED if reserve else code)
     unexplained = results.filter(results["error_code"] == REASONING_SKIPPED)["error_message"]
     for message in unexplained.unique().to_list():
-        if "workspace balance" in (message or ""):
+        message = message or ""
+        if "--reserve" in message:
+            why.add(_RESERVE_REACHED)
+        elif "workspace balance" in message:
             why.add(SKIPPED_BALANCE)
         else:
-            why.add(SKIPPED_BUDGET if "budget" in (message or "") else None)
+            why.add(SKIPPED_BUDGET if "budget" in message else None)
     return why
 
 
