@@ -178,8 +178,10 @@ def _db_option(parser: argparse.ArgumentParser) -> None:
 def add_service_commands(commands: Any) -> None:
     """Add serve, account and key to the `decisions` subparsers."""
     serve = commands.add_parser("serve", help="serve POST /v1/decisions over HTTP")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_port, default=8000)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)"
+    )
+    serve.add_argument("--port", type=_port, default=8000, help="the port (default: 8000)")
     serve.add_argument(
         "--demo", action="store_true", help="create a demo workspace and broker account first"
     )

@@ -1642,3 +1642,18 @@ def test_a_type_without_a_benchmark_in_its_city_has_no_benchmark_columns(tmp_pat
     assert all(afif[c] is None for c in columns)
     assert afif["price_score"] == 50 and afif["location_score"] != 30
     assert all(malqa[c] is not None for c in columns)
+
+
+def test_an_optional_column_in_another_unit_is_said_to_be_left_out(tmp_path, db, capsys):
+    """QA 58: `Age (months)` passed through unused, the ages unscored, and nothing said."""
+    source = tmp_path / "ages.csv"
+    source.write_text(
+        "City,District,Type,Price,Area,Age (months)\nRiyadh,Al Malqa,villa,2500000,400,24\n",
+        encoding="utf-8",
+    )
+    assert score(db, str(source), "-o", str(tmp_path / "scored.csv")) == 0
+    said = capsys.readouterr().err
+    assert "decisions: warning: column not used: Header 'Age (months)' is not taken for 'age'" in (
+        said
+    )
+    assert "(months) is not its unit (years)" in said

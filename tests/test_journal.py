@@ -1593,6 +1593,9 @@ def test_a_journal_paid_from_one_ledger_is_refused_by_another(tmp_path, capsys):
     ledger = Path(job.db).resolve()
     assert f"paid by workspace 'acme' of the ledger {ledger}, and this run's ledger is " in said
     assert "If it is the same ledger, moved (a new disk, a restore), move it back" in said
+    assert "its own --journal PATH, which pays for every row again (--fresh is refused" in said
+    assert main([*command, "--fresh"]) == 2  # as said: QA 58 found it offered, then refused
+    assert "(--fresh is refused: it would forget what that ledger paid)" in capsys.readouterr().err
     assert job.score(SAMPLE / "portfolio.csv") == 0
     assert job.charged() == DISTINCT_VALID
 

@@ -143,7 +143,8 @@ def test_encoding_override(tmp_path: Path) -> None:
     with pytest.raises(InputError) as excinfo:
         read_table(path)
     assert str(excinfo.value) == (
-        f"{path}: is not UTF-8 text and its encoding is not recognised; try --encoding cp1256 "
+        f"{path}: is not UTF-8 text (byte 6, line 2) and its encoding is not recognised; "
+        "try --encoding cp1256 "
         "(Arabic Windows), --encoding cp1252 (English Windows), --encoding utf-16 or "
         "--encoding latin-1"
     )
@@ -1082,3 +1083,9 @@ def test_a_wide_utf16_file_without_a_bom_is_read(tmp_path: Path) -> None:
 def test_a_nul_after_a_line_end_is_called_a_nul(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="contains NUL bytes"):
         read_table(write(tmp_path, "x.csv", b"city,price\nRiyadh,1\n\x00"))
+
+
+def test_a_bad_byte_after_a_byte_order_mark_is_placed_in_the_file_as_it_is(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.csv", codecs.BOM_UTF8 + b"city\nM\xfcnchen\n")
+    with pytest.raises(InputError, match=r"is not valid UTF-8 text \(byte 9, line 2\)"):
+        read_table(path, encoding="utf-8")

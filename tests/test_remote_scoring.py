@@ -584,6 +584,21 @@ def test_plain_http_to_another_host_is_warned_about(caplog):
     assert "sk-canary" not in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("url", "base"),
+    [
+        ("http://127.0.0.1:9/v1/decisions", "http://127.0.0.1:9"),
+        ("https://api.example.com/pd/v1/workspace/", "https://api.example.com/pd"),
+    ],
+)
+def test_an_endpoint_given_as_the_base_address_is_refused_before_anything_is_sent(url, base):
+    """QA 58: with --workspace (no GET /v1/workspace to fail first), every row went to
+    .../v1/decisions/v1/decisions, was answered 404, and the output was written all failed."""
+    with pytest.raises(UsageError, match="must be the service's base address") as raised:
+        remote_scorer_from_args(parse("--api-url", url), Settings(), env={"DECISIONS_API_KEY": "k"})
+    assert repr(base) in str(raised.value)
+
+
 def test_credentials_in_the_url_are_refused():
     with pytest.raises(UsageError) as raised:
         remote_scorer_from_args(
@@ -824,7 +839,10 @@ def test_unplaced_keys_name_their_workspace_and_never_take_a_placed_job(
     spec_only = [*base, "-o", str(tmp_path / "spec.csv"), "--workspace", "team"]
     spec_only[spec_only.index(str(tmp_path / "o.csv"))] = str(tmp_path / "first.csv")
     assert main([*spec_only, "--budget", "10"]) == 3  # a service of the spec alone: as named
-    assert main(spec_only) == 0
+    capsys.readouterr()
+    assert main([*spec_only, "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]  # QA 58: "Balance before" twice
+    assert notes["Balance before, counted as"] == "the service's last answer plus this run's spend"
     assert (
         10_000 - service.balance()
         == paid + pl.read_csv(tmp_path / "spec.csv")["decisions_used"].sum()

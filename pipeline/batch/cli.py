@@ -69,8 +69,8 @@ def add_score_command(commands: Any) -> None:
         "--reasoning",
         choices=("none", "all", "borderline"),
         default="none",
-        help="the bilingual explanation: none (1 decision a row), all (3), or borderline "
-        "(3 more for each partial verdict)",
+        help="the bilingual explanation: none (1 decision a row; the default), all (3), or "
+        "borderline (3 more for each partial verdict)",
     )
     score.add_argument("--budget", type=int, help="most decisions this run may spend")
     score.add_argument("--encoding", help="CSV encoding when detection cannot tell (cp1256...)")
@@ -435,7 +435,9 @@ def _check_same_ledger(journal: Journal, paid: str | None, payer: str | None) ->
             f"{journal.path}: this job's answers were paid by workspace {workspace!r} of the "
             f"ledger {ledger}, and this run's ledger is {this_ledger}. If it is the same "
             "ledger, moved (a new disk, a restore), move it back to that path to go on with "
-            "this job; another --journal, or --fresh, would pay for every row again"
+            "this job; to score it with this ledger instead, give the run its own --journal "
+            "PATH, which pays for every row again (--fresh is refused: it would forget what "
+            "that ledger paid)"
         )
 
 

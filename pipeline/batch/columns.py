@@ -294,6 +294,16 @@ def find_columns(
     return result
 
 
+def columns_in_other_units(headers: list[str], mapping: ColumnMap, config: ColumnConfig) -> str:
+    """Why a column that names an optional field in another unit ("Age (months)") was not
+    taken for it: that field then goes unscored, which the run must say. "" if none."""
+    return "".join(
+        _unit_note(headers, name, config.aliases[name])
+        for name in _UNITS
+        if name not in REQUIRED_FIELDS and mapping[name] is None
+    ).strip()
+
+
 def _unit_note(headers: list[str], name: str, aliases: tuple[str, ...]) -> str:
     """Why a header that would otherwise have matched field ``name`` was not taken."""
     keys = {header_key(a) for a in aliases}

@@ -13,6 +13,7 @@ from pipeline.batch.columns import (
     REQUIRED_FIELDS,
     ColumnConfig,
     ColumnMap,
+    columns_in_other_units,
     find_columns,
     load_column_config,
     map_columns,
@@ -60,6 +61,8 @@ def prepare(options: BatchOptions) -> Prepared:
     config = load_column_config(options.config)
     raw, mapping, header_note, title_rows = _mapped(raw, config, source, read.renamed_headers or {})
     notes = _reading_notes(read, header_note)
+    if unused := columns_in_other_units(list(raw.columns), mapping, config):
+        notes.append((f"{WARNING} column not used", unused))
     if read.rows_in_quoted_cells:
         notes += _rows_in_quoted_cells_note(read, raw)
     below = notes_below(raw)

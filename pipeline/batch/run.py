@@ -421,7 +421,8 @@ def run_batch(
             # A remote service tells the balance only in its answers: before = after + this
             # run's spend (what colleagues spent meanwhile is not known, so not counted).
             balance_before = balance_after + budget.spent
-            notes.append(("Balance before", "the service's last answer plus this run's spend"))
+            how = "the service's last answer plus this run's spend"
+            notes.append(("Balance before, counted as", how))
         summary = summarise(
             options, results, fingerprint=fingerprint, spent=budget.spent,
             balance=(balance_before, balance_after), workspace=workspace, started=started,

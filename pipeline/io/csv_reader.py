@@ -352,8 +352,8 @@ def _text_of(source: Path | bytes) -> str:
         content = source.read_bytes()
         try:
             return content.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:  # named UTF-8 by --encoding, and it is not
-            raise _not_utf8(source, content, exc.start) from None
+        except UnicodeDecodeError:  # named UTF-8 by --encoding, and it is not
+            raise _not_utf8(source, content, _first_invalid_utf8(content)) from None
     return source.decode("utf-8")
 
 
@@ -363,8 +363,10 @@ def _not_utf8(path: Path, content: bytes, offset: int | None) -> InputError:
 
 
 def _first_invalid_utf8(content: bytes) -> int | None:
+    """The offset of the first byte that is not UTF-8 (a BOM is: utf-8-sig would count the
+    offset after it)."""
     try:
-        content.decode("utf-8-sig")
+        content.decode("utf-8")
     except UnicodeDecodeError as exc:
         return exc.start
     return None
@@ -478,8 +480,10 @@ def _detect_encoding(path: Path, head: bytes) -> str:
     if _looks_arabic_cp1256(head):
         _refuse_pasted_utf8(path, head)
         return "cp1256"
+    bad = _first_invalid_utf8(head)
+    where = "" if bad is None else f" ({_where(head, bad)})"
     raise InputError(
-        f"{path}: is not UTF-8 text and its encoding is not recognised; {ENCODING_HINT}"
+        f"{path}: is not UTF-8 text{where} and its encoding is not recognised; {ENCODING_HINT}"
     )
 
 

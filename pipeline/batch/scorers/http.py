@@ -252,6 +252,13 @@ class HttpScorer:
             raise UsageError(f"--api-url must be an http(s) address, not {config.base_url!r}")
         if url.userinfo:
             raise UsageError("--api-url must not hold credentials; the key goes in the env")
+        given = config.base_url.rstrip("/")
+        for endpoint in (DECISIONS_PATH, WORKSPACE_PATH):
+            if given.endswith(endpoint):  # requests would go to .../v1/decisions/v1/decisions
+                raise UsageError(
+                    f"--api-url must be the service's base address, without {endpoint}: "
+                    f"{given.removesuffix(endpoint) or '/'!r}"
+                )
         if config.concurrency < 1 or config.reserve < 0:
             raise UsageError("--concurrency must be 1 or more and --reserve 0 or more")
         if url.scheme == "http" and not _is_loopback(url.host):
