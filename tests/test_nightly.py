@@ -6,10 +6,20 @@ import json
 from datetime import date
 from pathlib import Path
 
+import pytest
+
+from pipeline.batch import nightly
 from pipeline.cli import main
 from pipeline.errors import OutputError
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
+NIGHT = date(2026, 11, 24)
+
+
+@pytest.fixture(autouse=True)
+def _one_night(monkeypatch):
+    """Every run of a test on one night: midnight passing during a test made two (QA 57)."""
+    monkeypatch.setattr(nightly, "tonight", lambda: NIGHT)
 
 
 def _project(root: Path) -> Path:
@@ -40,7 +50,7 @@ def test_two_nights_dated_outputs_manifest_and_no_second_payment(tmp_path, monke
     db = _ledger(tmp_path)
 
     assert main(["nightly", "--db", db]) == 0
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     assert (night / "portfolio-scored.xlsx").exists() and (
         night / "portfolio-scored.parquet"
     ).exists()
@@ -76,7 +86,7 @@ def test_a_rerun_the_same_night_spends_only_what_is_left_of_the_nights_budget(
     capsys.readouterr()
     assert main(["nightly", "--db", db]) == 3
     said = capsys.readouterr().out
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     again = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert again["decisions_spent"] == 0 and 100_000 - again["balance_after"] == 200
     assert "Raise `budget` in configs/nightly.toml (200 a night, 200 spent by earlier runs)" in said
@@ -112,7 +122,7 @@ def test_a_latest_link_repointed_the_same_day_is_the_same_job(tmp_path, monkeypa
     (data / "latest.csv").unlink()
     (data / "latest.csv").symlink_to("export-2.csv")
     assert main(["nightly", "--db", db]) == 0
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert 0 < manifest["decisions_spent"] < 10  # the rows whose price moved
     assert manifest["input"] == str(data / "latest.csv")
@@ -140,7 +150,7 @@ def test_two_jobs_sharing_an_output_folder_are_told_apart_not_overwritten(
     assert main(["nightly", "--config", str(configs / "a.toml"), "--db", db]) == 0
     assert main(["nightly", "--config", str(configs / "b.toml"), "--db", db]) == 2
     assert "give each nightly job its own output_dir" in capsys.readouterr().err
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["input"] == str(SAMPLE / "portfolio.csv") and manifest["rows"] == 371
     assert len(manifest["outputs"]) == 1  # csv asked twice, written once
@@ -169,7 +179,7 @@ def test_a_nightly_job_takes_a_column_mapping_and_the_options_of_score(
     said = capsys.readouterr().out
     assert "Raise `budget` in configs/nightly.toml, then run the same command again" in said
     assert "--budget," not in said
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     import polars as pl
 
     scored = pl.read_parquet(night / "export-scored.parquet")
@@ -198,7 +208,7 @@ def test_a_failed_rerun_leaves_the_nights_manifest_and_another_workspace_is_anot
     db = _ledger(tmp_path)
     assert main(["workspace", "create", "beta", "--balance", "1000", "--db", db]) == 0
     assert main(["nightly", "--db", db]) == 0  # sheet = 0: a position, as score takes it
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     first = (night / "manifest.json").read_text(encoding="utf-8")
     assert json.loads(first)["input"] == str(source)  # resolved: comparable from anywhere
 
@@ -219,7 +229,7 @@ def test_a_night_that_stops_before_its_summary_still_leaves_a_manifest(tmp_path,
     db = _ledger(tmp_path)
 
     assert main(["nightly", "--db", db]) == 2  # tonight's export never arrived
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     failed = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert failed["exit_code"] == 2 and failed["decisions_spent"] == 0
     assert "portfolio.csv" in failed["error"] and failed["outputs"] == []
@@ -254,7 +264,7 @@ def test_a_remote_night_run_twice_is_one_job(tmp_path, monkeypatch):
         assert main(["nightly"]) == 0
         assert main(["nightly"]) == 0  # after a top-up, say: the same job, not "another job"
         assert service.balance() == 640
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["workspace"] == "acme"  # the workspace that paid
 
@@ -266,7 +276,7 @@ def test_a_night_that_fails_after_paying_says_what_it_paid(tmp_path, monkeypatch
     )
     monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
     db = _ledger(tmp_path)
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
 
     def disk_full(path, *args, **kwargs):  # the disk, the one thing a test cannot fill here
         raise OutputError(f"{path}: cannot be written: [Errno 28] No space left on device")
@@ -309,7 +319,7 @@ def test_a_mistake_in_the_configuration_is_named_in_plain_words(tmp_path, monkey
     assert "pydantic" not in error
     nightly.write_text(f'input = "{source}"\nformats = ["CSV", "pq"]\n', encoding="utf-8")
     assert main(["nightly", "--db", db]) == 0
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     assert (night / "portfolio-scored.csv").exists()
     assert (night / "portfolio-scored.parquet").exists()
 
@@ -345,7 +355,7 @@ def test_a_rerun_stopped_after_paying_leaves_its_record_beside_the_first_runs(
 
     monkeypatch.setattr(Journal, "record", stopped_at_the_third_answers)
     assert main(["nightly", "--db", db]) == 130
-    night = tmp_path / "out" / "nightly" / date.today().isoformat()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     stopped = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert stopped["exit_code"] == 130 and stopped["decisions_spent"] == 120
     (first,) = night.glob("manifest-*.json")
@@ -371,7 +381,7 @@ def test_a_job_whose_journal_is_named_stays_one_when_the_export_changes_format(
             encoding="utf-8",
         )
         assert main(["nightly", "--db", db]) == 0
-        night = tmp_path / "out" / export / date.today().isoformat()
+        night = tmp_path / "out" / export / NIGHT.isoformat()
         manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["decisions_spent"] == (360 if export.endswith("csv") else 0)
     assert (tmp_path / "journals" / "agency").is_file()
@@ -394,3 +404,20 @@ def test_a_nightly_run_refuses_a_ledger_that_is_not_there(tmp_path, monkeypatch,
     assert main(["nightly"]) == 2
     assert not missing.exists()
     assert not list((tmp_path / "out").rglob("*.parquet"))
+
+
+def test_two_runs_started_in_the_same_second_keep_both_records(tmp_path):
+    """QA 57: the second record set aside under the same manifest-HHMMSS.json replaced the
+    first, and the night's budget forgot what the first run had paid."""
+    from pipeline.batch.nightly import keep_aside
+
+    manifest = tmp_path / "manifest.json"
+    started = "2026-11-25T02:30:00+00:00"
+    for spent in (2, 0):
+        manifest.write_text(json.dumps({"started_at": started, "decisions_spent": spent}))
+        keep_aside(manifest)
+        keep_aside(manifest)  # the same record again (a run that failed before its own): one
+    kept = sorted(tmp_path.glob("manifest-*.json"))
+    assert [p.name for p in kept] == ["manifest-023000-2.json", "manifest-023000.json"]
+    assert sorted(json.loads(p.read_text())["decisions_spent"] for p in kept) == [0, 2]
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -117,12 +117,16 @@ def add_nightly_command(commands: Any) -> None:
 
 
 def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
-    from datetime import date
-
-    from pipeline.batch.nightly import load_nightly, make_room, score_arguments, spent_tonight
+    from pipeline.batch.nightly import (
+        load_nightly,
+        make_room,
+        score_arguments,
+        spent_tonight,
+        tonight,
+    )
 
     config = load_nightly(args.config or settings.root / "configs" / "nightly.toml")
-    today = date.today()
+    today = tonight()
     # The workspace that pays: configured, else the local one; through a service, the key's
     # (not known before the run asks the service, and what its manifest names).
     workspace = None if service_url(None) else config.workspace or settings.ledger.workspace

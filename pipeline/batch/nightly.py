@@ -7,8 +7,9 @@ the manifest beside the outputs says what happened in a form a monitor can read.
 
 from __future__ import annotations
 
+import itertools
 import json
-import shutil
+import os
 import tomllib
 from collections.abc import Mapping
 from datetime import date
@@ -94,6 +95,12 @@ _EXPECTED = {
 def _resolved(path: Path, root: Path) -> Path:
     """A configured path: relative ones are relative to the project folder."""
     return path if path.is_absolute() else root / path
+
+
+def tonight() -> date:
+    """The night a run belongs to: the local date it starts on (a rerun after midnight is the
+    next night's, with its own folder and budget)."""
+    return date.today()
 
 
 def _night_folder(config: NightlyConfig, root: Path, day: date) -> Path:
@@ -194,8 +201,24 @@ def keep_aside(manifest: Path, earlier: dict | None = None) -> None:
             earlier = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
-    started = str(earlier.get("started_at", ""))[11:19].replace(":", "")
-    shutil.copyfile(manifest, manifest.with_name(f"{manifest.stem}-{started or 'earlier'}.json"))
+    started = str(earlier.get("started_at", ""))[11:19].replace(":", "") or "earlier"
+    record = manifest.read_bytes()
+    whole = manifest.with_name(f".{manifest.name}.{os.getpid()}.tmp")
+    whole.write_bytes(record)
+    try:
+        for n in itertools.count(1):
+            # Two runs started in the same second are two records (one copied over the other
+            # lost what the first paid from the night's budget); the same record set aside
+            # again (a run that failed before writing its own) is still one.
+            aside = manifest.with_name(f"{manifest.stem}-{started}{f'-{n}' if n > 1 else ''}.json")
+            try:
+                os.link(whole, aside)  # whole, and never over another record
+                return
+            except FileExistsError:
+                if aside.read_bytes() == record:
+                    return
+    finally:
+        whole.unlink(missing_ok=True)
 
 
 def records_a_run(manifest: Path) -> bool:
