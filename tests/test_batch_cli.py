@@ -483,8 +483,8 @@ def test_rejects_name_the_sheet_row_excel_shows_under_empty_rows_and_a_title(tmp
         "row 2 (sheet row 7), column 'Area': '-5': property.area must be a positive number (> 0)"
     )
     rejects = list(openpyxl.load_workbook(out)["Rejects"].iter_rows(values_only=True))
-    assert rejects[0][:3] == ("row_number", "sheet_row", "column")
-    assert rejects[1][:3] == (2, 7, "Area")
+    assert rejects[0][:4] == ("row_number", "sheet_row", "listing", "column")
+    assert rejects[1][:4] == (2, 7, "A-2", "Area")  # the listing by the table's first column
 
 
 def test_a_parquet_file_has_no_sheet_rows(tmp_path, db):
@@ -495,8 +495,25 @@ def test_a_parquet_file_has_no_sheet_rows(tmp_path, db):
     out = tmp_path / "scored.xlsx"
     assert score(db, str(source), "-o", str(out)) == 0
     rejects = list(openpyxl.load_workbook(out)["Rejects"].iter_rows(values_only=True))
-    assert rejects[1][:3] == (1, None, "Price")
+    assert rejects[1][:4] == (1, None, "Riyadh", "Price")  # the first column's value
     assert rejects[1][-1] == "row 1, column 'Price': 'abc': property.price must be a number"
+
+
+def test_question_marks_where_digits_were_are_said_to_be_characters_lost_in_saving(tmp_path, db):
+    """QA 59: Arabic Excel saving as Windows-1256 writes `?` for Arabic-Indic digits, and the
+    reason was only "must be a number"."""
+    source = tmp_path / "listings.csv"
+    text = "City,Type,Price,Area\nRiyadh,villa,???????,400\nRiyadh,villa,abc,400\n"
+    source.write_bytes(text.encode("cp1256"))
+    out = tmp_path / "scored.csv"
+    assert score(db, str(source), "-o", str(out)) == 0
+    messages = pl.read_csv(out, infer_schema=False)["error_message"].to_list()
+    assert messages[0] == (
+        "row 1 (sheet row 2), column 'Price': '???????': property.price must be a number "
+        "(question marks stand where its characters were: lost when the file was saved in an "
+        "encoding that cannot hold them; save it again as CSV UTF-8, or as a workbook)"
+    )
+    assert messages[1].endswith("'abc': property.price must be a number")
 
 
 def test_rows_a_filter_hides_are_scored_and_said_to_be_hidden(tmp_path, db, capsys):
@@ -684,6 +701,7 @@ def test_a_name_too_long_is_rejected_and_its_message_quotes_its_start(tmp_path, 
     assert row == (
         1,
         2,
+        "Riyadh",
         "District",
         "location.district",
         note,
@@ -1573,7 +1591,7 @@ def test_an_unchanged_file_rejected_by_an_earlier_version_is_answered_again(tmp_
     run = ["score", str(source), "--db", db, "--workspace", "acme", "--quiet"]
     assert main([*run, "--journal", str(journal), "-o", str(tmp_path / "a.csv")]) == 0
     kept = results_folder(journal) / "last-run.rejects.parquet"
-    pl.read_parquet(kept).drop("sheet_row").write_parquet(kept)
+    pl.read_parquet(kept).drop("sheet_row", "listing").write_parquet(kept)
     with closing(sqlite3.connect(journal)) as kept_by, kept_by:  # no checksums then either
         (last_run,) = kept_by.execute("SELECT value FROM meta WHERE name = 'last_run'").fetchone()
         kept_by.execute(
@@ -1583,7 +1601,7 @@ def test_an_unchanged_file_rejected_by_an_earlier_version_is_answered_again(tmp_
     out = tmp_path / "b.xlsx"
     assert main([*run, "--journal", str(journal), "-o", str(out)]) == 0
     rejects = list(openpyxl.load_workbook(out)["Rejects"].iter_rows(values_only=True))
-    assert rejects[1][:4] == (2, None, "Price", "property.price")
+    assert rejects[1][:5] == (2, None, None, "Price", "property.price")
     assert balance(db) == 4999
 
 

@@ -188,7 +188,7 @@ def test_frozen_header_and_autofilter(book: Workbook) -> None:
     assert results.auto_filter.ref == f"A1:{last}{len(STATUSES) + 1}"
     rejects = book["Rejects"]
     assert rejects.freeze_panes == "A2"
-    assert rejects.auto_filter.ref == "A1:F3"
+    assert rejects.auto_filter.ref == "A1:G3"
 
 
 def test_number_formats(book: Workbook) -> None:

@@ -82,6 +82,7 @@ def make_rejects() -> pl.DataFrame:
         {
             "row_number": [4, 4],
             "sheet_row": [5, 5],
+            "listing": ["L-0004", "L-0004"],
             "column": ["price", None],
             "field": ["property.price", "property.area"],
             "value": ["abc", "=-5"],

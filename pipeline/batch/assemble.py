@@ -47,14 +47,21 @@ def rejects_table(prepared: Prepared) -> pl.DataFrame:
         if prepared.sheet_rows is not None
         else pl.repeat(None, prepared.problems.height, dtype=pl.Int64, eager=True)
     )
+    raw = prepared.raw
+    listing = (
+        raw[raw.columns[0]].cast(pl.String)
+        if raw.width
+        else pl.repeat(None, raw.height, dtype=pl.String, eager=True)
+    )
     problems = prepared.problems.with_columns(
-        row_number=prepared.requests["row_number"], sheet_row=sheet_row
+        row_number=prepared.requests["row_number"], sheet_row=sheet_row, listing=listing
     )
     return (
         problems.filter(pl.col("error_code").is_not_null())
         .select(
             pl.col("row_number"),
             pl.col("sheet_row"),
+            pl.col("listing"),
             pl.col("error_column").alias("column"),
             pl.col("error_field").alias("field"),
             pl.col("error_value").alias("value"),

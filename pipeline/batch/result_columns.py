@@ -47,6 +47,7 @@ SAR_COLUMNS = (
 REJECTS_SCHEMA: dict[str, pl.DataType] = {
     "row_number": pl.Int64(),
     "sheet_row": pl.Int64(),  # the row a spreadsheet shows it on (null for a Parquet input)
+    "listing": pl.String(),  # the row's value in the input's first column (its ID, usually)
     "column": pl.String(),  # the input header the bad value came from (null if none)
     "field": pl.String(),  # dotted request path, e.g. property.area
     "value": pl.String(),  # the original cell text

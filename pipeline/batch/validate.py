@@ -49,6 +49,13 @@ for _column, _dtype in REQUEST_SCHEMA.items():
 _SEPARATORS = (
     r"(?:^|[^0-9.,])(?:[0-9]{1,3}(?:\.[0-9]{3})+(?:,[0-9]+)?|[0-9]+,[0-9]{1,2})(?:$|[^0-9.,])"
 )
+# Question marks where characters were: what Excel writes for those the encoding it saves in
+# cannot hold (Arabic-Indic digits in Windows-1256, Arabic in a Western code page).
+_LOST = r"\?\?"
+_LOST_RULE = (
+    "{} (question marks stand where its characters were: lost when the file was saved in an "
+    "encoding that cannot hold them; save it again as CSV UTF-8, or as a workbook)"
+)
 _SEPARATORS_RULE = (
     "{} must be a number with '.' for decimals and ',' (or nothing) between thousands, as in "
     "1,250,000.50: a dot between groups of three digits, or a decimal comma, reads two ways"
@@ -129,9 +136,12 @@ def reject_reasons(
     frame = frame.with_columns(header=headers, value=values, empty=empty)
     written = ascii_digits(pl.col("value"))  # ٩٥٠٫٠٠٠ reads two ways as 950.000 does
     separators = pl.col("is_unread") & written.str.contains(_SEPARATORS).fill_null(False)
+    lost = pl.col("is_unread") & pl.col("value").str.contains(_LOST).fill_null(False)
     number_fields = [FIELD_PATHS[c] for c, what, _ in _TYPED if what == _EXPECTED[pl.Float64()]]
     frame = frame.with_columns(
-        rule=pl.when(separators & pl.col("error_field").is_in(number_fields))
+        rule=pl.when(lost)
+        .then(pl.format(_LOST_RULE, pl.col("rule")))
+        .when(separators & pl.col("error_field").is_in(number_fields))
         .then(pl.format(_SEPARATORS_RULE, pl.col("error_field")))
         .otherwise(pl.col("rule"))
     )
