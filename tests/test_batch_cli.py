@@ -580,6 +580,32 @@ def test_notes_below_the_table_are_not_listings(tmp_path, db, capsys):
     )
 
 
+def test_a_totals_row_under_the_table_is_not_a_listing(tmp_path, db, capsys):
+    """QA 59: a CRM's `الإجمالي` row summing the prices was rejected as a listing without a
+    type, and counted in the rejects and the summary's chart."""
+    import xlsxwriter
+
+    source = tmp_path / "export.xlsx"
+    workbook = xlsxwriter.Workbook(source)
+    sheet = workbook.add_worksheet()
+    sheet.write_row(0, 0, ["المدينة", "نوع العقار", "السعر", "المساحة", "ملاحظات"])
+    sheet.write_row(1, 0, ["الرياض", "فيلا", 3000000, 400])
+    sheet.write_row(2, 0, ["جدة", "شقة", 900000, 150])
+    sheet.write_row(3, 0, [None, None, 3900000, 550, "الإجمالي:"])
+    workbook.close()
+    out = tmp_path / "scored.xlsx"
+    assert score(db, str(source), "-o", str(out), "--json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rows"] == 2 and summary["status"]["rejected"] == 0
+    assert summary["notes"]["Totals row"] == "the last row ('الإجمالي:'...) is not a listing"
+    assert openpyxl.load_workbook(out)["Rejects"].max_row == 1
+
+    source = tmp_path / "listings.csv"  # a last row with a type or a city is a listing
+    source.write_text("City,Type,Price,Area,Note\nRiyadh,villa,3000000,400,\n,villa,0,0,Total\n")
+    assert score(db, str(source), "-o", str(tmp_path / "scored.csv")) == 0
+    assert pl.read_csv(tmp_path / "scored.csv")["status"].to_list() == ["scored", "rejected"]
+
+
 def test_a_row_of_one_value_in_the_table_is_a_listing_rejected(tmp_path, db):
     source = tmp_path / "in.csv"  # no blank row above it: part of the table
     source.write_text("City,Type,Price,Area\nRiyadh,villa,3000000,400\nJeddah,,,\n")

@@ -24,6 +24,7 @@ from pipeline.batch.normalize import normalize
 from pipeline.batch.notes_below import notes_below
 from pipeline.batch.options import BatchOptions
 from pipeline.batch.sheet_rows import hidden_rows_note, sheet_rows
+from pipeline.batch.totals_row import totals_row
 from pipeline.batch.validate import reject_reasons
 from pipeline.errors import MissingColumnError, UnknownHeaderError, UsageError
 from pipeline.io.csv_reader import describe_rows_in_quoted_cells
@@ -75,6 +76,10 @@ def prepare(options: BatchOptions) -> Prepared:
                 f"as {below.first_note!r}) are not listings",
             )
         )
+    total = totals_row(raw, mapping)
+    if total is not None:
+        raw = total.table
+        notes.append(("Totals row", f"the last row ({total.label!r}...) is not a listing"))
     _check_priority(raw, options.priority)  # before a dry run, and before anything is paid
     row_numbers = pl.Series("row_number", range(1, raw.height + 1), dtype=pl.Int64)
     rows_in_sheet = sheet_rows(read.first_row, title_rows, raw.height)
