@@ -178,6 +178,8 @@ def test_a_short_balance_stops_at_what_it_can_pay(tmp_path, capsys):
     printed = capsys.readouterr()
     assert printed.out == ""  # --quiet, yet the rows left and how to go on are said
     assert "the balance ran out. Top up" in printed.err  # not the budget: it had none
+    # what a top-up must cover: 350 distinct requests left, at 3 each (QA 59)
+    assert "Some rows were not scored or explained (they need 1,050 decision(s)):" in printed.err
     assert f"(decisions workspace topup small N --db {db})" in printed.err  # where to top up
     assert "run the same command again" in printed.err
 
@@ -225,6 +227,10 @@ def test_explanations_the_budget_left_out_are_blamed_on_the_budget_not_the_balan
     assert "reasoning_skipped" in left["error_code"].to_list()
     said = capsys.readouterr().err  # --quiet: how to go on, on stderr
     assert "the budget ran out (the balance did not). Raise --budget" in said
+    explained = pl.read_csv(out, infer_schema=False)["error_code"].to_list().count(
+        "reasoning_skipped"
+    )
+    assert f"(they need {3 * explained:,} decision(s)):" in said  # the explanations left
     assert "Top up" not in said
 
 

@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.batch.columns import load_column_config
 from pipeline.batch.job_files import job_input
-from pipeline.batch.labels import EXPLANATIONS_NOT_AFFORDED, REASONING_SKIPPED, WARNING
+from pipeline.batch.labels import (
+    EXPLANATIONS_NOT_AFFORDED,
+    REASONING_SKIPPED,
+    STILL_NEEDED,
+    WARNING,
+)
 from pipeline.batch.options import BatchOptions
 from pipeline.batch.plan import Plan
 from pipeline.batch.progress import ProgressReporter
@@ -693,6 +698,7 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
         temporary.write_text(json.dumps(manifest, ensure_ascii=False, indent=2), encoding="utf-8")
 
 
+_LEFT = "Some rows were not scored or explained"
 RUN_AGAIN = (
     "Some rows were not scored or explained: the budget or the balance ran out. Top up "
     "(decisions workspace topup NAME N) or raise BUDGET, then run the same command again:"
@@ -758,8 +764,15 @@ def run_again(
         advice = RUN_AGAIN_BALANCE
     elif why == {_RESERVE_REACHED}:
         advice = RUN_AGAIN_RESERVE
+    noted = dict(outcome.summary.notes)
+    if needed := noted.get(STILL_NEEDED):
+        partial = noted.get("Reasoning") == "borderline" and outcome.summary.counts_by_status.get(
+            "skipped"
+        )
+        more = ", and 3 more for each that scores partial" if partial else ""
+        advice = advice.replace(_LEFT, f"{_LEFT} (they need {needed:,} decision(s){more})", 1)
     topup = "decisions workspace topup NAME N"
-    if dict(outcome.summary.notes).get("Scorer") == "remote":
+    if noted.get("Scorer") == "remote":
         advice = advice.replace(f"({topup})", _AT_THE_SERVICE)
     elif (workspace := outcome.summary.workspace) is not None:
         at = f" --db {shlex.quote(db)}" if db else ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 EXIT_OK, EXIT_FAILED, EXIT_UNSCORED = 0, 1, 3
 
 EXPLANATIONS_NOT_AFFORDED = "Explanations not afforded"  # a summary line
+STILL_NEEDED = "Decisions the rows left need"  # a summary line, when rows were left
 WARNING = "Warning:"  # a summary line's label begins so: said even by a --quiet run
 # error_code of a borderline row scored but left without its explanation
 REASONING_SKIPPED, REASONING_FAILED = "reasoning_skipped", "reasoning_failed"

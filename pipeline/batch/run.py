@@ -38,6 +38,7 @@ from pipeline.batch.labels import (
     PERHAPS_CHARGED,
     REASONING_FAILED,
     REASONING_SKIPPED,
+    STILL_NEEDED,
     WARNING,
 )
 from pipeline.batch.options import BatchOptions
@@ -53,6 +54,7 @@ from pipeline.errors import OutputError, PipelineError, UsageError
 from pipeline.io.parquet_types import typed_input
 from pipeline.io.read import check_input
 from pipeline.io.write import check_output_capacity, output_format, write_output
+from pipeline.ledger.base import COST_WITH_REASONING
 
 
 @dataclass
@@ -149,6 +151,17 @@ def _options_key(options: BatchOptions, scorer: Scorer) -> str:
         hashlib.sha256(DEFAULT_CONFIG.read_bytes()).hexdigest(),
     ]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def still_needed(requests: pl.DataFrame, scored: pl.DataFrame) -> int:
+    """The decisions a run would need to score the distinct `requests` it left `skipped` (at
+    their cost) and to explain those it left unexplained; 0 when it left none. A row skipped
+    in borderline mode needs its explanation too if it scores partial: not counted, as not
+    known."""
+    skipped = scored.filter(pl.col("status") == "skipped").select("request_id")
+    cost = requests.join(skipped, on="request_id", how="semi")["cost"].sum()
+    unexplained = int((scored["error_code"] == REASONING_SKIPPED).sum())
+    return int(cost or 0) + unexplained * COST_WITH_REASONING
 
 
 def _first_column(columns: list[str]) -> str | None:
@@ -409,6 +422,8 @@ def run_batch(
             scored = score_requests(unique, executor, context, progress)
             listings = keys.result() if keys is not None else None
         results = _budget_as_named(assemble(prepared, keyed, scored.drop("fingerprint")), options)
+        if needed := still_needed(unique, scored):
+            notes.append((STILL_NEEDED, needed))
         rejects = rejects_table(prepared)
         changes = None
         if journal is not None:
