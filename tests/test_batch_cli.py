@@ -227,8 +227,8 @@ def test_explanations_the_budget_left_out_are_blamed_on_the_budget_not_the_balan
     assert "reasoning_skipped" in left["error_code"].to_list()
     said = capsys.readouterr().err  # --quiet: how to go on, on stderr
     assert "the budget ran out (the balance did not). Raise --budget" in said
-    explained = pl.read_csv(out, infer_schema=False)["error_code"].to_list().count(
-        "reasoning_skipped"
+    explained = (
+        pl.read_csv(out, infer_schema=False)["error_code"].to_list().count("reasoning_skipped")
     )
     assert f"(they need {3 * explained:,} decision(s)):" in said  # the explanations left
     assert "Top up" not in said

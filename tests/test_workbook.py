@@ -276,6 +276,25 @@ def test_text_past_the_excel_limit_is_cut_with_a_marker(tmp_path: Path) -> None:
     assert len(value) == EXCEL_MAX_CHARS
 
 
+def test_a_long_summary_note_is_wrapped_not_printed_across_the_page(tmp_path: Path) -> None:
+    """QA 59: a note of 600 characters overflowed to the right, and the Summary, printed to
+    fit one page wide, came out unreadably small."""
+    from dataclasses import replace
+
+    path = tmp_path / "scored.xlsx"
+    note = "villa in district 'الصويدرة' in Madinah (1, its city's benchmark); " * 9
+    summary = replace(make_summary(), notes=[("Types", note.strip()), ("Short", "a few words")])
+    write_output(path, make_results(), rejects=make_rejects(), summary=summary)
+    sheet = openpyxl.load_workbook(path)["Summary"]
+    (row,) = [r for r in range(1, sheet.max_row + 1) if sheet.cell(r, 1).value == "Types"]
+    assert sheet.cell(row, 2).value.endswith("(1, its city's benchmark);")
+    assert [str(m) for m in sheet.merged_cells.ranges] == [f"B{row}:I{row}"]
+    assert sheet.cell(row, 2).alignment.wrap_text and sheet.cell(row, 2).alignment.vertical == "top"
+    assert sheet.cell(row, 1).alignment.vertical == "top"  # the label beside its first line
+    assert sheet.row_dimensions[row].height >= 15 * len(note) // 85
+    assert not sheet.cell(row + 1, 2).alignment.wrap_text  # a short value stays as it was
+
+
 def test_summary_notes_isolate_the_arabic_names_they_quote(tmp_path: Path) -> None:
     # Unisolated, Excel and LibreOffice showed "city '(1) 'مدينة" for "city 'مدينة' (1)".
     from dataclasses import replace

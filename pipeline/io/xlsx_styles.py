@@ -92,6 +92,7 @@ class Formats:
     header_count: Format  # a total row's count: header look, thousands separator
     title: Format
     text: TextFormats
+    wrapped: TextFormats  # the same, wrapped at the cell's width, from its top
     numbers: dict[str, Format]
     dates: dict[str, Format]  # by kind: date, datetime, time (`xlsx_text.DATE_FORMATS`)
     share: Format
@@ -102,6 +103,7 @@ class Formats:
 def make_formats(workbook: Workbook) -> Formats:
     header = {"bold": True, "bg_color": HEADER_FILL, "bottom": 1, "valign": "top"}
     rtl = {"reading_order": 2, "align": "right"}
+    wrap = {"text_wrap": True, "valign": "top"}
     return Formats(
         header=workbook.add_format(header),
         header_rtl=workbook.add_format({**header, **rtl}),
@@ -112,6 +114,12 @@ def make_formats(workbook: Workbook) -> Formats:
             rtl=workbook.add_format(rtl),
             quoted=workbook.add_format({"quote_prefix": True}),
             rtl_quoted=workbook.add_format({**rtl, "quote_prefix": True}),
+        ),
+        wrapped=TextFormats(
+            plain=workbook.add_format(wrap),
+            rtl=workbook.add_format({**rtl, **wrap}),
+            quoted=workbook.add_format({"quote_prefix": True, **wrap}),
+            rtl_quoted=workbook.add_format({**rtl, "quote_prefix": True, **wrap}),
         ),
         numbers={f: workbook.add_format({"num_format": f}) for f in set(NUMBER_FORMATS.values())},
         dates={kind: workbook.add_format({"num_format": f}) for kind, f in DATE_FORMATS.items()},

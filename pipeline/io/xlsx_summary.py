@@ -7,6 +7,8 @@ Shares are stored as numbers, not formulas, so the workbook holds no formula at 
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 from xlsxwriter.workbook import Workbook
 from xlsxwriter.worksheet import Worksheet
@@ -84,8 +86,26 @@ def _write_value_row(
         sheet.write_number(row, 1, value)
     elif label in _HOLDING_PATHS:  # a path copied from the cell must open the file
         _write_text(sheet, formats, row, 1, str(value))
+    elif len(text := isolated_arabic(str(value))) > _NOTE_LINE:
+        _write_note(sheet, formats, row, label, text)
     else:
-        _write_text(sheet, formats, row, 1, isolated_arabic(str(value)))
+        _write_text(sheet, formats, row, 1, text)
+
+
+# A value longer than a line of columns B to I (about this many characters) is wrapped over
+# them: overflowing to the right, a note of 600 characters made the page, printed to fit one
+# width, unreadably small.
+_NOTE_LINE = 85
+_NOTE_LAST_COLUMN = 8
+_LINE_HEIGHT = 15  # points, Calibri 11
+
+
+def _write_note(sheet: Worksheet, formats: Formats, row: int, label: str, text: str) -> None:
+    sheet.set_row(row, _LINE_HEIGHT * math.ceil(len(text) / _NOTE_LINE))
+    top = formats.wrapped  # the label beside the note's first line, not its last
+    sheet.write_string(row, 0, label, top.pick(reads_right_to_left(label), False))
+    look = top.pick(reads_right_to_left(text), looks_like_formula(text))
+    sheet.merge_range(row, 1, row, _NOTE_LAST_COLUMN, text, look)
 
 
 def _write_text(sheet: Worksheet, formats: Formats, row: int, col: int, text: str) -> None:
