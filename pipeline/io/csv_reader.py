@@ -468,11 +468,12 @@ def _detect_encoding(path: Path, head: bytes) -> str:
         head.decode("utf-8")
         return "utf-8"
     except UnicodeDecodeError as exc:
-        if exc.start >= len(head) - 3 and exc.reason == "unexpected end of data":
+        bad = exc.start
+        if bad >= len(head) - 3 and exc.reason == "unexpected end of data":
             return "utf-8"  # the sample cut a character in two
         if _mostly_utf8_arabic(head):
             raise InputError(
-                f"{path}: is UTF-8 text except at {_where(head, exc.start)}, so it mixes two "
+                f"{path}: is UTF-8 text except at {_where(head, bad)}, so it mixes two "
                 f"encodings (pasted text?); re-save it as UTF-8, or name the other one "
                 f"(--encoding cp1256 for Arabic Windows): the UTF-8 lines are still read as "
                 f"UTF-8, the others as named"
@@ -480,10 +481,9 @@ def _detect_encoding(path: Path, head: bytes) -> str:
     if _looks_arabic_cp1256(head):
         _refuse_pasted_utf8(path, head)
         return "cp1256"
-    bad = _first_invalid_utf8(head)
-    where = "" if bad is None else f" ({_where(head, bad)})"
     raise InputError(
-        f"{path}: is not UTF-8 text{where} and its encoding is not recognised; {ENCODING_HINT}"
+        f"{path}: is not UTF-8 text ({_where(head, bad)}) and its encoding is not recognised; "
+        f"{ENCODING_HINT}"
     )
 
 

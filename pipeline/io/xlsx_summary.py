@@ -75,6 +75,11 @@ _HOLDING_PATHS = frozenset({"Input file", "Run journal"})
 def _write_value_row(
     sheet: Worksheet, formats: Formats, row: int, label: str, value: object
 ) -> None:
+    if value is not None and not isinstance(value, int | float) and label not in _HOLDING_PATHS:
+        text = isolated_arabic(str(value))  # (bool is an int)
+        if len(text) > _NOTE_LINE:
+            _write_note(sheet, formats, row, label, text)
+            return
     _write_text(sheet, formats, row, 0, label)
     if value is None:
         return
@@ -86,10 +91,8 @@ def _write_value_row(
         sheet.write_number(row, 1, value)
     elif label in _HOLDING_PATHS:  # a path copied from the cell must open the file
         _write_text(sheet, formats, row, 1, str(value))
-    elif len(text := isolated_arabic(str(value))) > _NOTE_LINE:
-        _write_note(sheet, formats, row, label, text)
     else:
-        _write_text(sheet, formats, row, 1, text)
+        _write_text(sheet, formats, row, 1, isolated_arabic(str(value)))
 
 
 # A value longer than a line of columns B to I (about this many characters) is wrapped over
