@@ -1565,6 +1565,52 @@ def test_types_their_places_sales_do_not_price_are_named_before_paying(tmp_path,
     assert "Places without their own benchmark" not in notes
 
 
+def test_prices_far_from_their_market_are_named_before_paying(tmp_path, db, capsys):
+    """QA 59: a price written in thousands or millions (3,200 or 3.2 for 3,200,000), or an area
+    in other units, scored as a bargain (match 94) or a no_match, and only the paid
+    explanation said so. The rows are named before paying, and in the summary."""
+    source = tmp_path / "prices.csv"
+    source.write_text(
+        "city,district,type,price,area\n"
+        "Riyadh,Al Malqa,villa,3200000,400\n"  # 8,000 SAR/m2: p25 8,542.24, p75 10,990.50
+        "Riyadh,Al Malqa,villa,3200,400\n"
+        "Riyadh,Al Malqa,villa,3.2,400\n"
+        "Riyadh,Al Malqa,villa,3200000,0.4\n"
+        "Riyadh,Al Malqa,villa,855000,100\n"  # 8,550: over a tenth of p25
+        "Riyadh,Al Malqa,villa,109000000,100\n"  # 1,090,000: under a hundred times p75
+        "مدينة لا تعرف,,villa,3200,400\n"  # no benchmark: nothing to judge it by
+        "Riyadh,Al Malqa,villa,85000,100\n"
+        "Riyadh,Al Malqa,villa,8500,100\n"
+        "Riyadh,Al Malqa,villa,850,100\n",
+        encoding="utf-8",
+    )
+    said = (
+        "6 row(s): sheet row 3, 8.00 SAR/m2 against a 25th percentile of 8,542.24; sheet row "
+        "4, 0.01 SAR/m2 against a 25th percentile of 8,542.24; sheet row 5, 8,000,000.00 SAR/m2 "
+        "against a 75th percentile of 10,990.50; sheet row 9, 850.00 SAR/m2 against a 25th "
+        "percentile of 8,542.24; sheet row 10, 85.00 SAR/m2 against a 25th percentile of "
+        "8,542.24; and 1 more. Under a tenth of their benchmark's 25th percentile or over a "
+        "hundred times its 75th, these "
+        "are scored as written: a price in thousands or millions of riyals, or an area in "
+        "other units?"
+    )
+    capsys.readouterr()
+    assert score(db, str(source), "--dry-run", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["read_as"]["Prices far from their market"] == said
+    assert score(db, str(source), "-o", str(tmp_path / "out.csv"), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["notes"]["Prices far from their market"] == said
+    parquet = tmp_path / "prices.parquet"  # no sheet: its rows are named by row_number
+    read_table(source).write_parquet(parquet)
+    assert score(db, str(parquet), "--dry-run", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["read_as"][
+        "Prices far from their market"
+    ].startswith(
+        "6 row(s): row_number 2, 8.00 SAR/m2 against a 25th percentile of 8,542.24; row_number 3,"
+    )
+    assert score(db, str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "p.csv"), "--json") == 0
+    assert "Prices far from their market" not in json.loads(capsys.readouterr().out)["notes"]
+
+
 @pytest.mark.parametrize(
     "mistake",
     [

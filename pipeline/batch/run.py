@@ -381,7 +381,9 @@ def run_batch(
     unique = keyed.filter(pl.col("first")).drop("first", "row_number")
     table = scorer.benchmarks()
     if table is not None:  # said before paying (the plan) and in the summary
-        prepared = replace(prepared, notes=[*prepared.notes, *place_notes(valid, table)])
+        prepared = replace(
+            prepared, notes=[*prepared.notes, *place_notes(valid, table, prepared.sheet_rows)]
+        )
     if dry_run:
         days = _fresh_as_when_begun(journal, fingerprint, freshness_days)
         if (anew := _new_journal(journal, scorer.version)) is not None:  # before paying again

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import polars as pl
 
+from pipeline.batch.price_outliers import price_outliers, price_ranges
 from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks
 
 NOTE = "Places without their own benchmark"
@@ -21,15 +22,22 @@ TYPES_NOTE = "Types their place's sales do not price"
 SHOWN = 5  # places named; the rest counted
 
 
-def place_notes(requests: pl.DataFrame, table: BenchmarkTable) -> list[tuple[str, str]]:
-    """The summary's notes on the places of `requests` (valid requests): `unmatched_places`'
-    and `unpriced_types`', from one pass over the rows."""
+def place_notes(
+    requests: pl.DataFrame, table: BenchmarkTable, rows_in_sheet: pl.Series | None = None
+) -> list[tuple[str, str]]:
+    """The summary's notes on the places of `requests` (valid requests, with row_number):
+    `unmatched_places`', `unpriced_types`' and `price_outliers`', from one pass over the rows
+    (`rows_in_sheet`: the sheet row of each input row, see `sheet_rows`)."""
     kinds = (
         requests.filter(pl.col("city").is_not_null())
         .group_by("city", "district", "type")
-        .agg(rows=pl.len())
+        .agg(pl.len().alias("rows"), *price_ranges())
     )
-    notes = [unmatched_places(kinds, table), unpriced_types(kinds, table)]
+    notes = [
+        unmatched_places(kinds.drop("lowest", "highest"), table),
+        unpriced_types(kinds.drop("lowest", "highest"), table),
+        price_outliers(requests, kinds, table, rows_in_sheet),
+    ]
     return [note for note in notes if note is not None]
 
 
