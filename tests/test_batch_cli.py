@@ -1534,6 +1534,30 @@ def test_places_without_a_benchmark_of_their_own_are_named_before_paying(tmp_pat
     )
 
 
+def test_a_place_spelt_like_a_known_one_is_suggested(tmp_path, db, capsys):
+    """QA 59: a misspelt city (Riyadth) was named as unknown, and its rows scored without a
+    benchmark; the note now says which known place it is spelt like, in the user's script."""
+    source = tmp_path / "slips.csv"
+    source.write_text(
+        "city,district,type,price,area\n"
+        "Riyadth,,villa,3200000,400\n"
+        "Riyadth,Al Malqa,villa,3200000,400\n"
+        "الرياظ,,villa,3200000,400\n"
+        "Riyadh,Al Nargis,villa,3200000,400\n"
+        "الرياض,الياسمن,villa,3200000,400\n"
+        "الرياض,حي لا يعرف,villa,3200000,400\n",  # like nothing: no guess
+        encoding="utf-8",
+    )
+    capsys.readouterr()
+    assert score(db, str(source), "--dry-run", "--json") == 0
+    note = json.loads(capsys.readouterr().out)["read_as"]["Places without their own benchmark"]
+    assert note.startswith(
+        "6 row(s): city 'Riyadth' (2, did you mean Riyadh?); district 'Al Nargis' in Riyadh "
+        "(1, did you mean An Narjis?); district 'الياسمن' in الرياض (1, did you mean الياسمين?); "
+        "district 'حي لا يعرف' in الرياض (1); city 'الرياظ' (1, did you mean الرياض?). "
+    )
+
+
 def test_types_their_places_sales_do_not_price_are_named_before_paying(tmp_path, db, capsys):
     """QA 38: where a place's deeds, scaled to the type, do not describe its market, the row is
     scored on its city's benchmark or on none; only the paid explanation said so."""

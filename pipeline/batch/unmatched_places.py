@@ -11,10 +11,12 @@ before paying, or know which verdicts stand on less.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import polars as pl
 
 from pipeline.batch.price_outliers import price_outliers, price_ranges
+from pipeline.engine.aliases import english_name
 from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks
 
 NOTE = "Places without their own benchmark"
@@ -60,7 +62,7 @@ def unmatched_places(kinds: pl.DataFrame, table: BenchmarkTable) -> tuple[str, s
         .group_by("city", "district", "level")
         .agg(pl.col("rows").sum())
     )
-    listed = _listed(missing, ["city", "district"], _place, "more place(s)")
+    listed = _listed(missing, ["city", "district"], lambda row: _place(row, table), "more place(s)")
     return (
         NOTE,
         f"{listed}. A district not found is scored against its city's benchmark; a city not "
@@ -80,10 +82,36 @@ def _listed(
     return f"{int(found['rows'].sum())} row(s): {listed}"
 
 
-def _place(row: dict[str, object]) -> str:
+def _place(row: dict[str, Any], table: BenchmarkTable) -> str:
+    """'city 'Riyadth' (2, did you mean Riyadh?)': the place as written, its rows, and the
+    known place spelt most like it, if one is."""
+    places = table.lookups.places
     if row["level"] is None:
-        return f"city {row['city']!r} ({row['rows']})"
-    return f"district {row['district']!r} in {row['city']} ({row['rows']})"
+        kind, written, where = "city", row["city"], ""
+        city, district = places.nearest_city(written), None
+        found = city is not None
+    else:
+        kind, written, where = "district", row["district"], f" in {row['city']}"
+        city = places.city(row["city"])
+        district = places.nearest_district(written, city)
+        found = district is not None
+    guess = f", did you mean {_name(table, written, city, district)}?" if found else ""
+    return f"{kind} {written!r}{where} ({row['rows']}{guess})"
+
+
+def _name(table: BenchmarkTable, written: str, city: str, district: str | None) -> str:
+    """A place of the table as its user would write it: by its English name when they wrote
+    in English and one is known, else by its official Arabic name."""
+    if written.isascii() and (english := english_name(city, district)) is not None:
+        return english
+    level = "city" if district is None else "district"
+    official = table.benchmarks.filter(
+        (pl.col("city_key") == city)
+        & (pl.col("level") == level)
+        & (pl.col("district_key") == district if district is not None else True)
+    )
+    column = "city_ar" if district is None else "district_ar"
+    return official[column][0] if official.height else district or city
 
 
 def unpriced_types(kinds: pl.DataFrame, table: BenchmarkTable) -> tuple[str, str] | None:

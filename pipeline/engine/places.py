@@ -22,6 +22,7 @@ steps; a test holds them to the same keys.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable
 from functools import cached_property, lru_cache
@@ -56,6 +57,9 @@ _IN = r"(?:في|in)"  # "الملقا في الرياض", "Al Malqa in Riyadh"
 # Spellings put into the patterns as they are: letters and digits in words (all normalised
 # city names are); anything else would need escaping the two regex engines may read apart.
 _PLAIN = re.compile(r"[^\W_]+(?: [^\W_]+)*")
+# How alike a name and a known spelling must be (difflib's ratio) to suggest the one for the
+# other: a letter left out, doubled or changed in a name of five or more (Riyadth, Dammmam).
+NEAR = 0.8
 
 
 def article_variant(key: str) -> str | None:
@@ -106,6 +110,7 @@ class Places:
 
     def __init__(self, city_keys: Iterable[str], district_keys: Iterable[tuple[str, str]]):
         cities = set(city_keys)
+        self.city_keys = frozenset(cities)
         self.city_variants, self.collisions = _variant_map(cities)
         by_city: dict[str, set[str]] = {}
         for city, district in district_keys:
@@ -152,6 +157,40 @@ class Places:
         self.district = lru_cache(maxsize=8192)(self._district)
         # The city key of each spelling the patterns capture, looked up rather than computed.
         self._city_of = {spelling: self._city(spelling) for spelling in spellings}
+
+    def nearest_city(self, name: str | None) -> str | None:
+        """The key of the known city spelt most like `name`, one the table does not know (a
+        slip: Riyadth, الرياظ); None when none is near. For a note to the user, never to
+        score: a guess must not decide which benchmark a listing is paid against."""
+        key = city_key(name)
+        return None if key is None else _nearest(key, self._city_spellings)
+
+    def nearest_district(self, name: str | None, city: str) -> str | None:
+        """`nearest_city` for a district of `city` (a city key)."""
+        key = district_key(name, city)
+        prefix = f"{city}{_SEP}"
+        spellings = {
+            spelling.removeprefix(prefix): district
+            for spelling, district in self.districts.items()
+            if spelling.startswith(prefix)
+        }
+        aliases = load_aliases().districts_in_city
+        spellings |= {
+            spelling.removeprefix(prefix): district
+            for spelling, district in aliases.items()
+            if spelling.startswith(prefix) and f"{prefix}{district}" in self.districts
+        }
+        return None if key is None else _nearest(key, spellings)
+
+    @cached_property
+    def _city_spellings(self) -> dict[str, str]:
+        """Every spelling known to name a city of the table -> its key."""
+        aliases = load_aliases().cities
+        return {
+            **{s: k for s, k in aliases.items() if k in self.city_keys},
+            **self.city_variants,
+            **{k: k for k in self.city_keys},
+        }
 
     @cached_property
     def _compiled(self) -> tuple[re.Pattern[str], ...]:
@@ -220,3 +259,9 @@ class Places:
             return in_table(district_alias_expr(strip_affixes_expr(part), city))
 
         return pl.coalesce(found, *map(without_city, self.patterns), key)
+
+
+def _nearest(key: str, spellings: dict[str, str]) -> str | None:
+    """The place of the spelling in `spellings` most like `key`, if one is near (see NEAR)."""
+    found = difflib.get_close_matches(key, spellings, n=1, cutoff=NEAR)
+    return spellings[found[0]] if found else None
