@@ -16,8 +16,10 @@ class Recorder:
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.batches: list[list[int]] = []
         self.gate = gate
+        self.entered = threading.Event()  # a batch is running (held at the gate, if any)
 
     def __call__(self, items: list[int]) -> list[int | BaseException]:
+        self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
         self.batches.append(list(items))
@@ -56,13 +58,18 @@ def test_work_arriving_while_a_batch_runs_waits_and_goes_together():
 
     async def scenario() -> list[object]:
         first = batcher.submit_async(2)
-        await asyncio.sleep(0.05)  # the worker holds [2] at the gate
+        # The worker holds [2] at the gate. Waited for, not slept on: a loaded machine (CI)
+        # may start the worker thread late.
+        assert await asyncio.to_thread(recorder.entered.wait, 10)
         later = []
         for i in (4, 6, 8):
             later.append(batcher.submit_async(i))
             await asyncio.sleep(0)  # each in an iteration of its own
         threading.Thread(target=lambda: batcher.submit(10)).start()
-        await asyncio.sleep(0.05)
+        for _ in range(2000):  # until [4], [6], [8] and [10] are queued behind the gate
+            if batcher._queue.qsize() == 4:
+                break
+            await asyncio.sleep(0.005)
         gate.set()
         return await asyncio.gather(first, *later)
 
