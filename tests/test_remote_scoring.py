@@ -650,20 +650,20 @@ def test_a_service_that_cannot_be_reached_stops_the_run_before_anything(
     from pipeline.cli import main
 
     monkeypatch.setattr(retry, "_testing", True)  # its retries without their waits
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]  # nothing listens there once closed
     monkeypatch.setenv("DECISIONS_API_KEY", "sk-" + "a" * 40)
     out = tmp_path / "remote.csv"
     out.write_text("last night's output")
-    for extra in ("--dry-run", "--quiet"):
-        code = main(["score", str(PORTFOLIO), "-o", str(out), "--api-url",
-                     f"http://127.0.0.1:{port}", "--journal", str(tmp_path / "j.journal"),
-                     extra])  # fmt: skip
-        assert code == 2
-        assert f"the service at http://127.0.0.1:{port}/ cannot be reached" in (
-            capsys.readouterr().err
-        )
+    with socket.socket() as unreachable:  # bound, never listening: refused, and no one else's
+        unreachable.bind(("127.0.0.1", 0))
+        port = unreachable.getsockname()[1]
+        for extra in ("--dry-run", "--quiet"):
+            code = main(["score", str(PORTFOLIO), "-o", str(out), "--api-url",
+                         f"http://127.0.0.1:{port}", "--journal", str(tmp_path / "j.journal"),
+                         extra])  # fmt: skip
+            assert code == 2
+            assert f"the service at http://127.0.0.1:{port}/ cannot be reached" in (
+                capsys.readouterr().err
+            )
     assert out.read_text() == "last night's output"
 
 

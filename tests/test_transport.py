@@ -169,11 +169,13 @@ def test_timeouts_and_refused_connections():
     (answer,), _ = exchange(silent, post(), timeout=0.2)
     assert isinstance(answer, httpx.ReadTimeout)
 
+    # A port bound and never listened on refuses connections, and stays ours meanwhile: a port
+    # closed before the request could be taken by another server (the test's own, once).
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
-    refused = httpx.Request("POST", f"http://127.0.0.1:{closed_port}/", content=b"{}")
-    (answer,), _ = exchange(silent, refused)
+        refused = httpx.Request("POST", f"http://127.0.0.1:{closed_port}/", content=b"{}")
+        (answer,), _ = exchange(silent, refused)
     assert isinstance(answer, httpx.ConnectError)
 
 
