@@ -161,6 +161,19 @@ def test_a_district_written_with_its_city_names_the_city_once(engine, written):
     assert "for an apartment in Al Malqa, Riyadh, at" in reasoning
 
 
+@pytest.mark.parametrize(
+    ("city", "said"),
+    [("الرياض", "Riyadh"), ("Riyadh City", "Riyadh City"), ("Ar Riyadh", "Ar Riyadh")],
+)
+def test_a_district_written_with_its_city_names_it_once_however_the_city_is_written(
+    engine, city, said
+):
+    # QA 60: "in Al Malqa, Riyadh, Riyadh" where the city was written الرياض, and "in Al
+    # Malqa, Riyadh, Riyadh City": the district was checked against the city as written only.
+    reasoning = explain(engine, city, "Al Malqa, Riyadh")["reasoning_en"]
+    assert f"for an apartment in Al Malqa, {said}, at" in reasoning
+
+
 def test_a_city_without_a_benchmark_written_with_the_word_city_is_not_given_it_twice(engine):
     # "لمدينة مدينة لا تعرف" (found by the spec audit).
     text = explain(engine, "مدينة   لا تعرف")["reasoning_ar"]

@@ -127,7 +127,8 @@ def _place(row: Mapping[str, Any]) -> str:
     district_key = row.get("district_key")
     english = english_name(row.get("city_key"), district_key)
     district = _in_english(row.get("district"), english)
-    if english is not None and _names_city(district, _as_written(row.get("city"))):
+    city_names = (_as_written(row.get("city")), english_name(row.get("city_key")))
+    if english is not None and any(_names_city(district, name) for name in city_names):
         district = english  # written with its city ("Al Malqa, Riyadh"): said once
     return f"{district}, {city}"
 
@@ -136,8 +137,9 @@ def _city_en(row: Mapping[str, Any]) -> str:
     return _in_english(row.get("city"), english_name(row.get("city_key")))
 
 
-def _names_city(district: str, city: str) -> bool:
-    """Whether a district as written names its city too, as a word of its own."""
+def _names_city(district: str, city: str | None) -> bool:
+    """Whether a district as written names its city too, as a word of its own (by the city as
+    written, or by its English name: "Al Malqa, Riyadh" with the city written الرياض)."""
     return bool(city) and re.search(rf"(?<!\w){re.escape(city)}(?!\w)", district, re.I) is not None
 
 
