@@ -188,3 +188,17 @@ def test_direction_marks_in_a_name_are_not_said_back(engine):
     for text in (reasoning["reasoning_en"], reasoning["reasoning_ar"]):
         assert "Atlantis" in text
         assert not any(mark in text for mark in "\u202e\u202c\u200f\u200e")
+
+
+def test_a_percentage_rounds_its_half_up_as_every_other_figure_does(engine):
+    # QA 60: 250.20 SAR/m2 against a median of 667.20 is 62.5% below it, said "62%" (Python's
+    # rounding of a half to even), where the scores, riyals and halalas round halves up.
+    request = {
+        "property": {"type": "commercial", "price": 25_020, "area": 100},
+        "location": {"city": "Ras Tanurah"},
+        "reasoning": True,
+    }
+    decision = engine.evaluate(parse_request(request))
+    assert (decision["price_per_sqm"], decision["benchmark"]["median_sqm"]) == (250.2, 667.2)
+    assert "is 63% below the median of 667 SAR/m2" in decision["reasoning"]["reasoning_en"]
+    assert "أي أقل بنسبة 63% من الوسيط" in decision["reasoning"]["reasoning_ar"]

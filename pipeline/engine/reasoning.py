@@ -88,16 +88,20 @@ def _pct_diff(value: float, reference: float) -> float:
     return (value / reference - 1.0) * 100.0
 
 
+def _whole_pct(diff_pct: float) -> int:
+    """A percentage in whole percent, halves rounded up as the other figures are (62.5 -> 63),
+    first put back on the millionth of a percent: 201 against 200 computes as 0.49999...%."""
+    return math.floor(round(abs(diff_pct), 6) + 0.5)
+
+
 def _against(diff_pct: float, noun_en: str, noun_ar: str) -> tuple[str, str]:
     """'12% above the median' / 'أعلى بنسبة 12% من الوسيط', and 'at the median' / 'عند
-    الوسيط' within half a percent (not '0% above')."""
-    if round(abs(diff_pct)) == 0:
+    الوسيط' under half a percent (not '0% above')."""
+    pct = _whole_pct(diff_pct)
+    if pct == 0:
         return f"at the {noun_en}", f"عند {noun_ar}"
     side_en, side_ar = ("below", "أقل") if diff_pct < 0 else ("above", "أعلى")
-    return (
-        f"{abs(diff_pct):.0f}% {side_en} the {noun_en}",
-        f"{side_ar} بنسبة {abs(diff_pct):.0f}% من {noun_ar}",
-    )
+    return f"{pct}% {side_en} the {noun_en}", f"{side_ar} بنسبة {pct}% من {noun_ar}"
 
 
 def _as_written(text: str | None) -> str:
