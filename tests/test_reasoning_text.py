@@ -202,3 +202,18 @@ def test_a_percentage_rounds_its_half_up_as_every_other_figure_does(engine):
     assert (decision["price_per_sqm"], decision["benchmark"]["median_sqm"]) == (250.2, 667.2)
     assert "is 63% below the median of 667 SAR/m2" in decision["reasoning"]["reasoning_en"]
     assert "أي أقل بنسبة 63% من الوسيط" in decision["reasoning"]["reasoning_ar"]
+
+
+def test_a_positive_price_is_not_said_to_be_100_percent_below_the_market(engine):
+    # QA 60: 1.00 SAR/m2 was "100% below the median" (and the average), which is a price of
+    # nothing; a price of 0.00 SAR/m2 is.
+    reasoning = explain(engine, "Riyadh", "Al Malqa", price=150)
+    assert "is over 99% below the median of" in reasoning["reasoning_en"]
+    assert "It is over 99% below the average of" in reasoning["reasoning_en"]
+    assert "أي أقل بنسبة تزيد على 99% من الوسيط" in reasoning["reasoning_ar"]
+    assert "وهو أقل بنسبة تزيد على 99% من متوسط" in reasoning["reasoning_ar"]
+    assert "100%" not in reasoning["reasoning_en"] + reasoning["reasoning_ar"]
+    nothing = explain(engine, "Riyadh", "Al Malqa", price=0.01)["reasoning_en"]
+    assert "The asking price of 0 SAR per m2 is 100% below the median of" in nothing
+    doubled = explain(engine, "Riyadh", "Al Malqa", price=2 * 7_400 * 150)["reasoning_en"]
+    assert "is 100% above the median of 7,400 SAR/m2" in doubled
