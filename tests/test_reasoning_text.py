@@ -217,3 +217,10 @@ def test_a_positive_price_is_not_said_to_be_100_percent_below_the_market(engine)
     assert "The asking price of 0 SAR per m2 is 100% below the median of" in nothing
     doubled = explain(engine, "Riyadh", "Al Malqa", price=2 * 7_400 * 150)["reasoning_en"]
     assert "is 100% above the median of 7,400 SAR/m2" in doubled
+
+
+def test_a_percentage_of_thousands_is_grouped_as_the_riyals_are(engine):
+    # QA 60: "is 9900% above the median of 7,400 SAR/m2": the riyals grouped, the percent not.
+    reasoning = explain(engine, "Riyadh", "Al Malqa", price=100 * 7_400 * 150)
+    assert "is 9,900% above the median of 7,400 SAR/m2" in reasoning["reasoning_en"]
+    assert "أي أعلى بنسبة 9,900% من الوسيط" in reasoning["reasoning_ar"]

@@ -101,7 +101,7 @@ def _against(diff_pct: float, noun_en: str, noun_ar: str) -> tuple[str, str]:
     if pct == 0:
         return f"at the {noun_en}", f"عند {noun_ar}"
     side_en, side_ar = ("below", "أقل") if diff_pct < 0 else ("above", "أعلى")
-    said_en = said_ar = f"{pct}%"
+    said_en = said_ar = f"{pct:,}%"
     if pct == 100 and -100 < diff_pct < 0:  # a price above nothing: "100% below" is free
         said_en, said_ar = "over 99%", "تزيد على 99%"
     return f"{said_en} {side_en} the {noun_en}", f"{side_ar} بنسبة {said_ar} من {noun_ar}"
