@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from pipeline.engine.aliases import english_name
 from pipeline.engine.names import BIDI_CONTROLS
-from pipeline.engine.scoring import AREA_RANGE, type_adjusted_row
+from pipeline.engine.scoring import AREA_RANGE, halala_row, type_adjusted_row
 
 THIN_MARKET_DEEDS = 100
 FALLING_MARKET_PCT = -3.0
@@ -62,7 +62,11 @@ class Reasoner(Protocol):
 
 
 def _sar(value: float) -> str:
-    """Whole riyals, halves rounded up as the scores are (format() would give 532 for 532.5)."""
+    """Whole riyals, halves rounded up as the scores are (format() would give 532 for 532.5);
+    to the halala under a hundred, where a riyal is too large a step for the percentages said
+    beside it to be checked (35.52 against 43.23 is 18% below; 36 against 43, 16%)."""
+    if abs(value) < 100:
+        return f"{halala_row(value):.2f}"
     return f"{math.floor(value + 0.5):,}"
 
 

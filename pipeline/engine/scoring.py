@@ -135,7 +135,8 @@ def _ppsqm_row(row: Row) -> float:
     return _divide(row["price"], row["area"])
 
 
-def _halala_row(x: float) -> float:
+def halala_row(x: float) -> float:
+    """One figure to the halala, half up, as `_halala` puts a column."""
     if not math.isfinite(x):
         return x
     return round(math.floor(round(x * 100, HALALA_SNAP) + 0.5) / 100, 2)
@@ -144,7 +145,7 @@ def _halala_row(x: float) -> float:
 def type_adjusted_row(row: Row, name: str) -> float | None:
     """`type_adjusted` for one row."""
     value, factor = row[f"benchmark_{name}_sqm"], row.get("type_factor")
-    return None if value is None else _halala_row(value * (1.0 if factor is None else factor))
+    return None if value is None else halala_row(value * (1.0 if factor is None else factor))
 
 
 def type_adjusted(name: str) -> pl.Expr:
@@ -204,7 +205,7 @@ def price_bucket() -> pl.Expr:
 
 
 def price_bucket_row(row: Row) -> float | None:
-    ppsqm = _halala_row(_ppsqm_row(row))
+    ppsqm = halala_row(_ppsqm_row(row))
     p25, median, p75 = (type_adjusted_row(row, k) for k in ("p25", "median", "p75"))
     if median is None:
         return _clip_row(PRICE_WITHOUT_BENCHMARK)
@@ -542,7 +543,7 @@ def score_row(row: Row) -> dict[str, Any]:
     """`score_frame` for one row (a dict with the request and attached columns): the same
     SCORE_COLUMNS, as a dict."""
     ppsqm = _ppsqm_row(row)
-    scored: dict[str, Any] = {"price_per_sqm": _halala_row(ppsqm)}
+    scored: dict[str, Any] = {"price_per_sqm": halala_row(ppsqm)}
     for name, bucket in _BUCKET_ROWS.items():
         score = _round_score_row(bucket(row))
         scored[f"{name}_score"] = score
