@@ -22,6 +22,7 @@ from pipeline.service.limits import (
     ConnectionLimits,
     allow_descriptors_for,
 )
+from pipeline.service.retention import KEEP_ANSWERS_DAYS, MIN_KEEP_ANSWERS_DAYS
 from pipeline.settings import Settings
 
 DEMO_WORKSPACE = "demo"
@@ -58,6 +59,8 @@ def _key_row(info: KeyInfo) -> dict[str, Any]:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.ledger.sqlite import SqliteLedger
+    from pipeline.service.retention import AnswerRetention
     from pipeline.service.server import build_app, serve
 
     check_can_listen(args.host, args.port)
@@ -81,7 +84,13 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         max_connections=args.max_connections,
     )
     app = build_app(db, settings.resolve(settings.benchmarks.table), rate_limit=args.rate_limit)
-    serve(app, host=args.host, port=args.port, one_cpu=not args.all_cpus, limits=limits)
+    retention = AnswerRetention(SqliteLedger(db), args.keep_answers_days)
+    retention.forget_now()  # before the first request: its key may be one of them
+    retention.start()
+    try:
+        serve(app, host=args.host, port=args.port, one_cpu=not args.all_cpus, limits=limits)
+    finally:
+        retention.stop()
     return 0
 
 
@@ -148,6 +157,19 @@ def _connections(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of connections above 0")
     return int(text)
+
+
+def _days_kept(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = float("nan")
+    if not MIN_KEEP_ANSWERS_DAYS <= days < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of days of at least {MIN_KEEP_ANSWERS_DAYS:g} (DESIGN.md: "
+            "an idempotency key is kept at least 24 hours)"
+        )
+    return days
 
 
 def _per_second(text: str) -> float:
@@ -222,6 +244,15 @@ def add_service_commands(commands: Any) -> None:
         metavar="N",
         help="connections open at once; past that 503 too_many_connections and closed "
         f"(default {MAX_CONNECTIONS}; the process's file descriptor limit must allow it)",
+    )
+    serve.add_argument(
+        "--keep-answers-days",
+        type=_days_kept,
+        default=KEEP_ANSWERS_DAYS,
+        metavar="DAYS",
+        help="answers are kept under their Idempotency-Key this long, then forgotten (at start "
+        "and every hour): the same key sent later is a new request, charged anew "
+        f"(default {KEEP_ANSWERS_DAYS:g}, at least {MIN_KEEP_ANSWERS_DAYS:g})",
     )
     _db_option(serve)
     serve.set_defaults(handler=cmd_serve)

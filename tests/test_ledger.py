@@ -324,3 +324,37 @@ def test_a_ledger_opened_read_only_refuses_its_writes_as_unavailable(ledger):
     with pytest.raises(LedgerUnavailable, match=r"readonly database.*charge was not made"):
         ledger.charge("acme", ChargeRequest(cost=1, fingerprint="f"))
     assert ledger.workspace("acme").balance == 10
+
+
+def _age(path: Path, key: str, days: float) -> None:
+    """Make the idempotency record of `key` as old as `days` (as if written then)."""
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "UPDATE idempotency SET created_at = created_at - ? WHERE key = ?", (days * 86400, key)
+        )
+
+
+def test_answers_kept_past_their_time_are_forgotten_and_the_charges_stay(ledger, tmp_path):
+    """The service stores every answer under its Idempotency-Key; kept for ever, a busy
+    ledger grows by a few kilobytes a request. Records older than the cutoff are deleted; the
+    entries (the audit trail) and the balance are not touched."""
+    for key in ("old-1", "old-2", "recent"):
+        ledger.charge("acme", ChargeRequest(cost=1, idempotency_key=key, fingerprint="f"))
+        ledger.complete("acme", key, '{"score": 80}')
+    ledger.charge("acme", ChargeRequest(cost=1, idempotency_key="old-in-flight", fingerprint="f"))
+    for key in ("old-1", "old-2", "old-in-flight"):
+        _age(tmp_path / "ledger.db", key, 31)
+    entries = ledger.entries("acme")
+
+    assert ledger.forget_answers(time.time() - 30 * 86400, chunk=2) == 3
+    assert [
+        k for k in ("old-1", "old-2", "old-in-flight", "recent") if ledger.charged("acme", k)
+    ] == ["recent"]
+    assert ledger.entries("acme") == entries and ledger.workspace("acme").balance == 6
+    replayed = ledger.charge(
+        "acme", ChargeRequest(cost=1, idempotency_key="recent", fingerprint="f")
+    )
+    assert replayed.replayed
+    again = ledger.charge("acme", ChargeRequest(cost=1, idempotency_key="old-1", fingerprint="f"))
+    assert not again.replayed and again.balance_after == 5  # a new request, charged anew
+    assert ledger.forget_answers(time.time() - 30 * 86400) == 0

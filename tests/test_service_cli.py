@@ -6,6 +6,7 @@ import json
 import os
 import resource
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -169,7 +170,8 @@ def _served(tmp_path: Path, *options: str, limit_files: int | None = None) -> It
     """`decisions serve` in a process of its own with `options`, once it listens (and, with
     `limit_files`, started under that soft limit on open files: `ulimit -n`)."""
     db, port = tmp_path / "l.db", _free_port()
-    assert main(["workspace", "create", "w", "--balance", "5", "--db", str(db)]) == 0
+    if not db.exists():  # (a second server on the ledger of a first)
+        assert main(["workspace", "create", "w", "--balance", "5", "--db", str(db)]) == 0
 
     def limited() -> None:
         if limit_files is not None:
@@ -277,3 +279,64 @@ def test_serve_refuses_limits_out_of_range(
         main(["serve", option, value])
     assert exit_.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def _post_decision(port: int, key: str, idempotency_key: str) -> tuple[int, dict[str, str]]:
+    """Status and headers of one POST /v1/decisions sent under `idempotency_key`."""
+    body = json.dumps(
+        {
+            "property": {"type": "apartment", "price": 950000, "area": 140},
+            "location": {"city": "Riyadh"},
+            "reasoning": False,
+        }
+    ).encode()
+    head = (
+        f"POST /v1/decisions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {key}\r\n"
+        f"Idempotency-Key: {idempotency_key}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(head.encode() + body)
+        data = b""
+        while chunk := client.recv(65536):
+            data += chunk
+    lines = data.partition(b"\r\n\r\n")[0].decode().split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers
+
+
+def test_serve_forgets_answers_kept_past_keep_answers_days(tmp_path: Path, capsys) -> None:
+    """Every answer was kept for ever under its Idempotency-Key (the ledger grew by a few
+    kilobytes a request). A server forgets those older than --keep-answers-days when it
+    starts (and every hour); the charges stay in the ledger's entries."""
+    db = tmp_path / "l.db"
+    assert main(["workspace", "create", "w", "--balance", "5", "--db", str(db)]) == 0
+    assert (
+        main(["account", "create", "b", "--workspace", "w", "--type", "broker", "--db", str(db)])
+        == 0
+    )
+    assert main(["key", "create", "--account", "b", "--db", str(db)]) == 0
+    key = capsys.readouterr().out.strip().splitlines()[-1]
+    with _served(tmp_path) as served:
+        assert _post_decision(served.port, key, "old")[0] == 200
+        assert _post_decision(served.port, key, "recent")[0] == 200
+    with sqlite3.connect(db) as ledger:  # "old" answered 31 days ago
+        ledger.execute(
+            "UPDATE idempotency SET created_at = created_at - 31 * 86400 WHERE key = 'old'"
+        )
+    ledger.close()
+    with _served(tmp_path, "--keep-answers-days", "30") as served:
+        recent = _post_decision(served.port, key, "recent")
+        old = _post_decision(served.port, key, "old")
+    assert recent[0] == 200 and recent[1].get("idempotent-replayed") == "true"
+    assert old[0] == 200 and "idempotent-replayed" not in old[1]  # a new request, paid anew
+    assert main(["workspace", "show", "w", "--db", str(db)]) == 0
+    assert json.loads(capsys.readouterr().out)["balance"] == 2
+
+
+@pytest.mark.parametrize("days", ["0.5", "0", "-1", "forever", "nan"])
+def test_serve_keeps_answers_at_least_a_day(days: str, capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve", "--keep-answers-days", days])
+    assert stopped.value.code == 2
+    assert "is not a number of days of at least 1" in capsys.readouterr().err

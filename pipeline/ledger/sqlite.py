@@ -389,6 +389,24 @@ class SqliteLedger:
                 [(response, workspace_id, key) for key, response in outcomes],
             )
 
+    def forget_answers(self, before: float, *, chunk: int = 1000) -> int:
+        """Delete the idempotency records made before `before` (a Unix time); how many. A
+        request sent again under one of their keys is a new request, charged anew; the
+        charges' entries (the audit trail) stay. Each chunk is found by a read, which in WAL
+        mode keeps no charge waiting however long the table, then deleted in a short write
+        transaction."""
+        forgotten = 0
+        while True:
+            found = self._connection().execute(
+                "SELECT rowid FROM idempotency WHERE created_at < ? LIMIT ?", (before, chunk)
+            )
+            rowids = [(rowid, before) for (rowid,) in found.fetchall()]
+            if not rowids:
+                return forgotten
+            with self._transaction("no answer was forgotten") as db:
+                db.executemany("DELETE FROM idempotency WHERE rowid = ? AND created_at < ?", rowids)
+            forgotten += len(rowids)
+
     def refund(self, entry_id: int, reason: str) -> Workspace:
         """Give back a charge whose request failed; its idempotency key becomes free again."""
         with self._transaction("the refund was not made") as db:
