@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -16,10 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
+import httpx
 import pytest
 
 from pipeline.cli import main
 from pipeline.ledger.accounts import SqliteAccounts, check_key_format, generate_key
+from pipeline.ledger.sqlite import SqliteLedger
 from pipeline.service.limits import descriptors_needed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,6 +240,30 @@ def test_serve_takes_its_connection_limits_from_the_command_line(tmp_path: Path)
             assert (status, body["error"]) == (408, "request_timeout")
             assert "within 0.5 s" in str(body["message"])
             assert time.monotonic() - started < 2
+
+
+def test_a_stopped_server_leaves_every_charge_in_the_ledger_file_itself(tmp_path: Path) -> None:
+    # Found by QA 61: the server stopped (SIGTERM) with its last charges in the ledger's -wal
+    # file, so a copy of the .db file alone, as an operator backs up or moves a ledger once
+    # the server is stopped, lacked decisions that were paid and answered.
+    db = tmp_path / "l.db"
+    with _served(tmp_path) as served:
+        accounts = SqliteAccounts(db)
+        accounts.create_account("b", "w", "broker")
+        key = accounts.create_key("b").key
+        body = {"property": {"type": "villa", "price": 2_000_000, "area": 300},
+                "location": {"city": "Riyadh"}, "reasoning": False}  # fmt: skip
+        for _ in range(3):
+            answer = httpx.post(
+                f"http://127.0.0.1:{served.port}/v1/decisions",
+                json=body,
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=30,
+            )
+            assert answer.status_code == 200, answer.text
+    copy = tmp_path / "copy.db"
+    shutil.copyfile(db, copy)  # the file alone, without its -wal
+    assert SqliteLedger(copy).workspace("w").balance == 2
 
 
 def test_serve_raises_its_open_files_limit_to_what_its_connections_need(tmp_path: Path) -> None:

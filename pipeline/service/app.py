@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError as FastApiValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import Lifespan
 
 from pipeline.errors import PipelineError
 from pipeline.ledger.accounts import AccountStore
@@ -82,11 +83,13 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     bare_endpoint: bool = False,
     rate_limit: float | None = None,
+    lifespan: Lifespan[FastAPI] | None = None,
 ) -> FastAPI:
     """The service over a decision desk and an account store.
 
     `bare_endpoint` adds POST /_bench/bare, a fixed JSON answer the benchmark compares against.
     `rate_limit`: decisions requests a second each workspace may send (None: no limit).
+    `lifespan`: what to do as the server starts and stops.
     """
     limit = RateLimit(rate_limit) if rate_limit is not None else None
     handler = DecisionHandler(desk, accounts, max_body_bytes=max_body_bytes, rate_limit=limit)
@@ -97,6 +100,7 @@ def create_app(
         description="Scored verdicts on properties, paid from a workspace's decision balance.",
         redoc_url=None,
         redirect_slashes=False,  # /v1/decisions/ is an unknown path (404), not a redirect
+        lifespan=lifespan,
     )
 
     @app.post(

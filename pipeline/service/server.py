@@ -7,16 +7,22 @@ import os
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.types import Lifespan
 from uvicorn.config import LOGGING_CONFIG
 
 from pipeline.service.connections import guarded_protocol
 from pipeline.service.limits import BACKLOG, DEFAULT_LIMITS, ConnectionLimits
+
+if TYPE_CHECKING:
+    from pipeline.ledger.sqlite import SqliteLedger
 
 # The event loop shares the GIL with the ledger's writer threads, and Python hands the GIL to a
 # waiting thread only once per switch interval (5 ms by default): a writer with charges to
@@ -65,7 +71,20 @@ def build_app(db: Path, benchmarks: Path, **options: Any) -> FastAPI:
 
     ledger = SqliteLedger(db)
     desk = DecisionDesk(Engine(BenchmarkTable.load(benchmarks)), ledger)
-    return create_app(desk, SqliteAccounts(db), **options)
+    return create_app(desk, SqliteAccounts(db), lifespan=folding_log_on_stop(ledger), **options)
+
+
+def folding_log_on_stop(ledger: SqliteLedger) -> Lifespan[FastAPI]:
+    """The app's lifespan: as the server stops, the ledger's log is folded into its file
+    (`SqliteLedger.fold_log`). Here, on the loop's thread, and not once `uvicorn.run`
+    returns: after a SIGTERM, uvicorn raises the signal again, which ends the process."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        ledger.fold_log()
+
+    return lifespan
 
 
 def log_config() -> dict[str, Any]:
