@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.errors import LedgerUnavailable
 from pipeline.ledger.accounts import (
     AccountError,
     InvalidApiKey,
@@ -106,3 +107,21 @@ def test_the_database_never_holds_a_key(store: SqliteAccounts, tmp_path: Path) -
     assert key[3:].encode() not in raw
     rows = sqlite3.connect(tmp_path / "ledger.db").execute("SELECT * FROM api_keys").fetchall()
     assert all(key not in str(row) for row in rows)
+
+
+def test_a_change_the_ledger_cannot_take_says_so_and_what_was_not_done(
+    store: SqliteAccounts,
+) -> None:
+    """QA 61: `key revoke` (and `key create`, `account create`) on a ledger that cannot be
+    written (a full disk, a file made read-only) ended in a sqlite3 traceback: an operator
+    revoking a leaked key had to read one to learn that the key still worked."""
+    store.create_account("b", "acme", "broker")
+    key = store.create_key("b").key
+    store._connections.get().execute("PRAGMA query_only = ON")  # as a read-only file refuses
+    with pytest.raises(LedgerUnavailable, match=r"readonly database.*the key was not revoked"):
+        store.revoke_key(key)
+    with pytest.raises(LedgerUnavailable, match="no key was made"):
+        store.create_key("b")
+    with pytest.raises(LedgerUnavailable, match="the account was not made"):
+        store.create_account("c", "acme", "agency")
+    assert store.authenticate(key).account == "b"

@@ -19,13 +19,15 @@ import re
 import secrets
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, get_args
 
 from pipeline.errors import PipelineError, UnknownWorkspace, UsageError
 from pipeline.ledger.base import check_name
-from pipeline.ledger.connection import ThreadConnections
+from pipeline.ledger.connection import ThreadConnections, cannot_write, unwritable
 from pipeline.ledger.key_text import DISPLAY_CHARS as _DISPLAY_CHARS
 
 AccountType = Literal["broker", "agency", "buyer", "seller"]
@@ -177,6 +179,17 @@ class SqliteAccounts:
     def close(self) -> None:
         self._connections.close()
 
+    @contextmanager
+    def _writing(self, undone: str) -> Iterator[sqlite3.Connection]:
+        """This thread's connection for a write: LedgerUnavailable (saying `undone`) if the
+        ledger cannot take it (a full disk, a file made read-only)."""
+        try:
+            yield self._connection()
+        except sqlite3.OperationalError as exc:
+            if cannot_write(exc):
+                raise unwritable(exc, undone) from exc
+            raise
+
     def create_account(self, name: str, workspace: str, type: str) -> Account:
         check_name(name, "account")
         if type not in ACCOUNT_TYPES:
@@ -189,10 +202,12 @@ class SqliteAccounts:
         if row is None:
             raise UnknownWorkspace(f"no workspace named {workspace!r} in {self.path}")
         try:
-            db.execute(
-                "INSERT INTO accounts (name, workspace_id, type, created_at) VALUES (?, ?, ?, ?)",
-                (name, row[0], type, time.time()),
-            )
+            with self._writing("the account was not made") as db:
+                db.execute(
+                    "INSERT INTO accounts (name, workspace_id, type, created_at)"
+                    " VALUES (?, ?, ?, ?)",
+                    (name, row[0], type, time.time()),
+                )
         except sqlite3.IntegrityError:
             raise AccountError(f"account {name!r} already exists in {self.path}") from None
         return Account(name, workspace, type)
@@ -225,11 +240,12 @@ class SqliteAccounts:
         key = generate_key()
         now = time.time()
         prefix, last = display_prefix(key), key[-4:]
-        cursor = db.execute(
-            "INSERT INTO api_keys (account_id, prefix, last_chars, key_hash, created_at)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (account_id, prefix, last, hash_key(key), now),
-        )
+        with self._writing("no key was made") as db:
+            cursor = db.execute(
+                "INSERT INTO api_keys (account_id, prefix, last_chars, key_hash, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (account_id, prefix, last, hash_key(key), now),
+            )
         assert cursor.lastrowid is not None
         return NewKey(key, KeyInfo(cursor.lastrowid, account, prefix, last, now, None))
 
@@ -255,7 +271,8 @@ class SqliteAccounts:
         if key.revoked_at is not None:
             return key
         now = time.time()
-        self._connection().execute("UPDATE api_keys SET revoked_at = ? WHERE id = ?", (now, key.id))
+        with self._writing("the key was not revoked, it still works") as db:
+            db.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ?", (now, key.id))
         return KeyInfo(key.id, key.account, key.prefix, key.last_chars, key.created_at, now)
 
     def list_keys(self, account: str | None = None) -> list[KeyInfo]:

@@ -88,6 +88,23 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
+# SQLite's primary result codes of a ledger that cannot be written: READONLY, IOERR, FULL,
+# CANTOPEN (an extended code carries the primary one in its low byte)
+_CANNOT_WRITE = {8, 10, 13, 14}
+
+
+def cannot_write(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF in _CANNOT_WRITE
+
+
+def unwritable(exc: sqlite3.OperationalError, undone: str) -> LedgerUnavailable:
+    """What a write the ledger could not take (`cannot_write`) says: why, and `undone`."""
+    return LedgerUnavailable(
+        f"the ledger cannot be written ({exc}); {undone}: try again once its disk has room "
+        "(or its file can be written)"
+    )
+
+
 def _moved(undone: str = "nothing was written") -> LedgerUnavailable:
     return LedgerUnavailable(
         f"the ledger's file was moved, deleted or replaced while in use; {undone}: put it "

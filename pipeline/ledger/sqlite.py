@@ -18,13 +18,17 @@ from pipeline.errors import (
     InsufficientDecisions,
     LedgerBusy,
     LedgerError,
-    LedgerUnavailable,
     RequestInProgress,
     UnknownWorkspace,
     UsageError,
 )
 from pipeline.ledger.base import Charge, ChargeRequest, Workspace, check_name
-from pipeline.ledger.connection import BUSY_TIMEOUT_MS, ThreadConnections
+from pipeline.ledger.connection import (
+    BUSY_TIMEOUT_MS,
+    ThreadConnections,
+    cannot_write,
+    unwritable,
+)
 from pipeline.settings import Settings, ledger_location
 
 # An in-flight request older than this is taken to have died (a killed process): its charge
@@ -124,11 +128,8 @@ class SqliteLedger:
             db.execute("COMMIT")
         except BaseException as exc:
             _roll_back(db)  # after a failed COMMIT too, as SQLite asks (none after BEGIN failed)
-            if isinstance(exc, sqlite3.OperationalError) and _cannot_write(exc):
-                raise LedgerUnavailable(
-                    f"the ledger cannot be written ({exc}); {undone}: try again once its disk "
-                    "has room (or its file can be written)"
-                ) from exc
+            if isinstance(exc, sqlite3.OperationalError) and cannot_write(exc):
+                raise unwritable(exc, undone) from exc
             raise
 
     def close(self) -> None:
@@ -472,15 +473,6 @@ def open_ledger(
     if own_file:
         ledger.ensure_workspace(local.name, local.balance)
     return ledger
-
-
-# SQLite's primary result codes of a ledger that cannot be written: READONLY, IOERR, FULL,
-# CANTOPEN (an extended code carries the primary one in its low byte)
-_CANNOT_WRITE = {8, 10, 13, 14}
-
-
-def _cannot_write(exc: sqlite3.OperationalError) -> bool:
-    return getattr(exc, "sqlite_errorcode", 0) & 0xFF in _CANNOT_WRITE
 
 
 def _roll_back(db: sqlite3.Connection) -> None:
