@@ -358,3 +358,27 @@ def test_answers_kept_past_their_time_are_forgotten_and_the_charges_stay(ledger,
     again = ledger.charge("acme", ChargeRequest(cost=1, idempotency_key="old-1", fingerprint="f"))
     assert not again.replayed and again.balance_after == 5  # a new request, charged anew
     assert ledger.forget_answers(time.time() - 30 * 86400) == 0
+
+
+def test_a_write_ahead_log_grown_under_a_long_read_is_cut_back(tmp_path, monkeypatch):
+    """QA 61: a read held for a while under load (a backup, a report) grew the -wal file to
+    200 MB, and SQLite kept it at that size for as long as the server ran."""
+    from pipeline.ledger import connection
+
+    monkeypatch.setattr(connection, "WAL_SIZE_LIMIT_BYTES", 64 * 1024)
+    path = tmp_path / "ledger.db"
+    ledger = SqliteLedger(path)
+    ledger.create_workspace("acme", 1000)
+    with contextlib.closing(sqlite3.connect(path)) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM entries").fetchone()  # the log cannot start over
+        for i in range(100):
+            ledger.charge("acme", ChargeRequest(cost=1, idempotency_key=f"k{i}", fingerprint="f"))
+        reader.execute("COMMIT")
+    wal = path.with_name("ledger.db-wal")
+    assert wal.stat().st_size > 4 * 64 * 1024
+    with contextlib.closing(sqlite3.connect(path)) as other:
+        other.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    ledger.charge("acme", ChargeRequest(cost=1))  # the log starts over, and is cut back
+    assert wal.stat().st_size <= 64 * 1024
+    assert ledger.workspace("acme").balance == 899
