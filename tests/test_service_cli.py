@@ -367,3 +367,17 @@ def test_serve_keeps_answers_at_least_a_day(days: str, capsys) -> None:
         main(["serve", "--keep-answers-days", days])
     assert stopped.value.code == 2
     assert "is not a number of days of at least 1" in capsys.readouterr().err
+
+
+def test_a_stopping_server_waits_longer_than_a_charge_waits_for_the_ledger(monkeypatch) -> None:
+    """QA 61: uvicorn's 30 s grace was shorter than a charge's wait for a ledger locked by
+    another process (60 s): a SIGTERM then cancelled those requests with a bare 500, and a
+    charge committed after the cancellation went to nobody."""
+    from pipeline.ledger.connection import BUSY_TIMEOUT_MS
+    from pipeline.service import server
+
+    started: dict[str, object] = {}
+    monkeypatch.setattr(server, "tune_process", lambda **_: None)  # process-wide settings
+    monkeypatch.setattr(server.uvicorn, "run", lambda app, **options: started.update(options))
+    server.serve(server.FastAPI())
+    assert started["timeout_graceful_shutdown"] > BUSY_TIMEOUT_MS / 1000

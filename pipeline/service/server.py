@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from starlette.types import Lifespan
 from uvicorn.config import LOGGING_CONFIG
 
+from pipeline.ledger.connection import BUSY_TIMEOUT_MS
 from pipeline.service.connections import guarded_protocol
 from pipeline.service.limits import BACKLOG, DEFAULT_LIMITS, ConnectionLimits
 
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 # commit would wait that long behind a busy loop while every request waits on it. Measured
 # with `make bench`: 0.5 ms gives about a third more requests per second at concurrency 8.
 SWITCH_INTERVAL_S = 0.0005
+# How long a stopping server lets its requests in flight finish: longer than a charge waits for
+# a ledger another process holds locked (then 503 ledger_busy, nothing charged). Cut short at
+# 30 s, those requests were cancelled with a bare 500 and a traceback, and a charge committed
+# after the cancellation went to nobody (QA 61). Within systemd's default stop timeout (90 s).
+SHUTDOWN_GRACE_S = BUSY_TIMEOUT_MS // 1000 + 5
 
 
 def tune_process(*, one_cpu: bool = True) -> int | None:
@@ -121,7 +127,7 @@ def serve(
         port=port,
         access_log=False,
         log_config=log_config(),
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         **connection_options(limits),
     )
 
