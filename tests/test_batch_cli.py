@@ -1558,6 +1558,20 @@ def test_a_place_spelt_like_a_known_one_is_suggested(tmp_path, db, capsys):
     )
 
 
+def test_a_city_of_the_market_averages_alone_is_not_said_to_be_misspelt(tmp_path, db, capsys):
+    """QA 62: محايل, a city of the market averages without a benchmark of its own, was
+    named as 'city 'محايل' (1, did you mean محايل?)': a spelling to check that was right."""
+    source = tmp_path / "averages_only.csv"
+    source.write_text(
+        "city,district,type,price,area\nمحايل,,villa,1200000,400\nمحايلل,,villa,1200000,400\n",
+        encoding="utf-8",
+    )
+    capsys.readouterr()
+    assert score(db, str(source), "--dry-run", "--json") == 0
+    note = json.loads(capsys.readouterr().out)["read_as"]["Places without their own benchmark"]
+    assert note.startswith("2 row(s): city 'محايل' (1); city 'محايلل' (1, did you mean محايل?). ")
+
+
 def test_types_their_places_sales_do_not_price_are_named_before_paying(tmp_path, db, capsys):
     """QA 38: where a place's deeds, scaled to the type, do not describe its market, the row is
     scored on its city's benchmark or on none; only the paid explanation said so."""

@@ -160,10 +160,13 @@ class Places:
 
     def nearest_city(self, name: str | None) -> str | None:
         """The key of the known city spelt most like `name`, one the table does not know (a
-        slip: Riyadth, الرياظ); None when none is near. For a note to the user, never to
-        score: a guess must not decide which benchmark a listing is paid against."""
+        slip: Riyadth, الرياظ); None when none is near, or when the table knows `name` (a city
+        of the market averages alone has no benchmark, but is spelt right). For a note to the
+        user, never to score: a guess must not decide which benchmark a listing is paid against."""
         key = city_key(name)
-        return None if key is None else _nearest(key, self._city_spellings)
+        if key is None or self.city(name) in self.city_keys:
+            return None
+        return _nearest(key, self._city_spellings)
 
     def nearest_district(self, name: str | None, city: str) -> str | None:
         """`nearest_city` for a district of `city` (a city key)."""
