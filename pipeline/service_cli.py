@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging.config
 import socket
 import sys
 from datetime import UTC, datetime
@@ -61,7 +62,7 @@ def _key_row(info: KeyInfo) -> dict[str, Any]:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.ledger.sqlite import SqliteLedger
     from pipeline.service.retention import AnswerRetention
-    from pipeline.service.server import build_app, serve
+    from pipeline.service.server import build_app, log_config, serve
 
     check_can_listen(args.host, args.port)
     allow_descriptors_for(args.max_connections)
@@ -84,6 +85,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         max_connections=args.max_connections,
     )
     app = build_app(db, settings.resolve(settings.benchmarks.table), rate_limit=args.rate_limit)
+    logging.config.dictConfig(log_config())  # as uvicorn will: the first round's line is logged
     retention = AnswerRetention(SqliteLedger(db), args.keep_answers_days)
     retention.forget_now()  # before the first request: its key may be one of them
     retention.start()
