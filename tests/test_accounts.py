@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from pipeline.errors import LedgerUnavailable
+from pipeline.errors import LedgerBusy, LedgerUnavailable
 from pipeline.ledger.accounts import (
     AccountError,
     InvalidApiKey,
@@ -124,4 +125,24 @@ def test_a_change_the_ledger_cannot_take_says_so_and_what_was_not_done(
         store.create_key("b")
     with pytest.raises(LedgerUnavailable, match="the account was not made"):
         store.create_account("c", "acme", "agency")
+    assert store.authenticate(key).account == "b"
+
+
+def test_a_change_waiting_on_a_ledger_kept_locked_says_so_and_what_was_not_done(
+    store: SqliteAccounts, tmp_path: Path
+) -> None:
+    """QA 62: past the wait for a ledger another process keeps locked, `key revoke` (and `key
+    create`, `account create`) still ended in a sqlite3 traceback, 'database is locked'."""
+    store.create_account("b", "acme", "broker")
+    key = store.create_key("b").key
+    store._connections.get().execute("PRAGMA busy_timeout = 10")  # its minute, shortened
+    with closing(sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")  # another process's write, not finished
+        with pytest.raises(LedgerBusy, match=r"locked by another process.*key was not revoked"):
+            store.revoke_key(key)
+        with pytest.raises(LedgerBusy, match="no key was made"):
+            store.create_key("b")
+        with pytest.raises(LedgerBusy, match="the account was not made"):
+            store.create_account("c", "acme", "agency")
+        other.execute("ROLLBACK")
     assert store.authenticate(key).account == "b"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, get_args
 
-from pipeline.errors import PipelineError, UnknownWorkspace, UsageError
+from pipeline.errors import LedgerBusy, PipelineError, UnknownWorkspace, UsageError
 from pipeline.ledger.base import check_name
 from pipeline.ledger.connection import ThreadConnections, cannot_write, unwritable
 from pipeline.ledger.key_text import DISPLAY_CHARS as _DISPLAY_CHARS
@@ -182,12 +182,17 @@ class SqliteAccounts:
     @contextmanager
     def _writing(self, undone: str) -> Iterator[sqlite3.Connection]:
         """This thread's connection for a write: LedgerUnavailable (saying `undone`) if the
-        ledger cannot take it (a full disk, a file made read-only)."""
+        ledger cannot take it (a full disk, a file made read-only), LedgerBusy if another
+        process keeps it locked past the busy timeout."""
         try:
             yield self._connection()
         except sqlite3.OperationalError as exc:
             if cannot_write(exc):
                 raise unwritable(exc, undone) from exc
+            if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                raise LedgerBusy(
+                    f"the ledger stayed locked by another process; {undone}: try again"
+                ) from exc
             raise
 
     def create_account(self, name: str, workspace: str, type: str) -> Account:
