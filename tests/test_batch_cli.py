@@ -1572,6 +1572,28 @@ def test_a_city_of_the_market_averages_alone_is_not_said_to_be_misspelt(tmp_path
     assert note.startswith("2 row(s): city 'محايل' (1); city 'محايلل' (1, did you mean محايل?). ")
 
 
+def test_a_district_the_aliases_know_is_not_said_to_be_another_one(tmp_path, db, capsys):
+    """QA 62: King Abdulaziz, a district of Riyadh the aliases name but the table has no
+    benchmark for, was named 'did you mean King Abdullah?', another district of the city,
+    whose benchmark the rows would be scored against if the analyst followed it."""
+    source = tmp_path / "known_districts.csv"
+    source.write_text(
+        "city,district,type,price,area\n"
+        "Riyadh,King Abdulaziz,villa,3200000,400\n"
+        "Riyadh,King Abdulaziz,villa,3200000,400\n"
+        "الرياض,الملك عبدالعزيز,villa,3200000,400\n"
+        "Riyadh,King Abdulazizz,villa,3200000,400\n",
+        encoding="utf-8",
+    )
+    capsys.readouterr()
+    assert score(db, str(source), "--dry-run", "--json") == 0
+    note = json.loads(capsys.readouterr().out)["read_as"]["Places without their own benchmark"]
+    assert note.startswith(
+        "4 row(s): district 'King Abdulaziz' in Riyadh (2); district 'King Abdulazizz' in Riyadh "
+        "(1, did you mean King Abdulaziz?); district 'الملك عبدالعزيز' in الرياض (1). "
+    )
+
+
 def test_types_their_places_sales_do_not_price_are_named_before_paying(tmp_path, db, capsys):
     """QA 38: where a place's deeds, scaled to the type, do not describe its market, the row is
     scored on its city's benchmark or on none; only the paid explanation said so."""

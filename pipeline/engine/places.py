@@ -169,21 +169,20 @@ class Places:
         return _nearest(key, self._city_spellings)
 
     def nearest_district(self, name: str | None, city: str) -> str | None:
-        """`nearest_city` for a district of `city` (a city key)."""
+        """`nearest_city` for a district of `city` (a city key), among the table's districts
+        and those the aliases name there: الملك عبد العزيز in Riyadh has no benchmark, but is
+        no slip of الملك عبد الله, another district priced otherwise."""
         key = district_key(name, city)
         prefix = f"{city}{_SEP}"
+        known = (*self.districts.items(), *load_aliases().districts_in_city.items())
         spellings = {
             spelling.removeprefix(prefix): district
-            for spelling, district in self.districts.items()
+            for spelling, district in known
             if spelling.startswith(prefix)
         }
-        aliases = load_aliases().districts_in_city
-        spellings |= {
-            spelling.removeprefix(prefix): district
-            for spelling, district in aliases.items()
-            if spelling.startswith(prefix) and f"{prefix}{district}" in self.districts
-        }
-        return None if key is None else _nearest(key, spellings)
+        if key is None or key in spellings.values():
+            return None
+        return _nearest(key, spellings)
 
     @cached_property
     def _city_spellings(self) -> dict[str, str]:
