@@ -297,3 +297,26 @@ def test_decide_cli_finds_malqa_written_with_its_city(tmp_path: Path, monkeypatc
     first, second = (dict(b, decisions_remaining=None) for b in bodies)
     assert first == second
     assert (first["verdict"], first["benchmark"]["transaction_count"]) == ("match", 432)
+
+
+def test_prices_far_off_are_named_against_a_table_lacking_a_percentile(tmp_path: Path) -> None:
+    """QA 62: a benchmark table edited by hand, a place with a p75 and no p25, stopped the
+    dry run and the summary with a TypeError while naming a price over its p75."""
+    import shutil
+
+    from pipeline.batch.unmatched_places import place_notes
+
+    for name in ("benchmarks.csv", "market_averages.csv", "type_factors.csv"):
+        shutil.copy(Path(__file__).resolve().parents[1] / "sample_data" / name, tmp_path / name)
+    rows = (tmp_path / "benchmarks.csv").read_text(encoding="utf-8").splitlines()
+    malqa = "الرياض,الملقا,الرياض,الملقا,district,7940.23,6606.53,8500.0,2024,432,10.1"
+    rows[rows.index(malqa)] = malqa.replace(",6606.53,", ",,")
+    (tmp_path / "benchmarks.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    requests = pl.DataFrame(
+        {"row_number": [1], "city": ["Riyadh"], "district": ["Al Malqa"], "type": ["villa"],
+         "price": [3.2e9], "area": [400.0]}
+    )  # fmt: skip
+    notes = dict(place_notes(requests, BenchmarkTable.load(tmp_path / "benchmarks.csv")))
+    assert notes["Prices far from their market"].startswith(
+        "1 row(s): row_number 1, 8,000,000.00 SAR/m2 against a 75th percentile of "
+    )

@@ -83,7 +83,7 @@ def _row(row: dict[str, Any], rows_in_sheet: pl.Series | None) -> str:
         if rows_in_sheet is None
         else f"sheet row {rows_in_sheet[number - 1]}"
     )
-    if row["ppsqm"] < row["p25"]:
+    if row["p25"] is not None and row["ppsqm"] < row["p25"]:  # (a table may lack one)
         against = f"a 25th percentile of {_sar(row['p25'])}"
     else:
         against = f"a 75th percentile of {_sar(row['p75'])}"
