@@ -405,20 +405,28 @@ class SqliteLedger:
     def forget_answers(self, before: float, *, chunk: int = 1000) -> int:
         """Delete the idempotency records made before `before` (a Unix time); how many. A
         request sent again under one of their keys is a new request, charged anew; the
-        charges' entries (the audit trail) stay. Each chunk is found by a read, which in WAL
-        mode keeps no charge waiting however long the table, then deleted in a short write
-        transaction."""
+        charges' entries (the audit trail) stay.
+
+        Records are read in the order they were made (rowid), oldest first, a chunk at a time,
+        until a chunk holds one that is not old: an hourly round reads what it deletes and a
+        chunk more, not the whole table (created_at has no index, which every charge would
+        pay to write). Old records after a newer one (made under a clock set back) wait until it
+        is old too: kept longer, never shorter. The reads keep no charge waiting (WAL); each
+        chunk is deleted in a short write transaction."""
         forgotten = 0
         while True:
-            found = self._connection().execute(
-                "SELECT rowid FROM idempotency WHERE created_at < ? LIMIT ?", (before, chunk)
+            oldest = self._connection().execute(
+                "SELECT rowid, created_at FROM idempotency ORDER BY rowid LIMIT ?", (chunk,)
             )
-            rowids = [(rowid, before) for (rowid,) in found.fetchall()]
-            if not rowids:
+            old = [(rowid, before) for rowid, made in oldest.fetchall() if made < before]
+            if old:
+                with self._transaction("no answer was forgotten") as db:
+                    db.executemany(
+                        "DELETE FROM idempotency WHERE rowid = ? AND created_at < ?", old
+                    )
+                forgotten += len(old)
+            if len(old) < chunk:
                 return forgotten
-            with self._transaction("no answer was forgotten") as db:
-                db.executemany("DELETE FROM idempotency WHERE rowid = ? AND created_at < ?", rowids)
-            forgotten += len(rowids)
 
     def refund(self, entry_id: int, reason: str) -> Workspace:
         """Give back a charge whose request failed; its idempotency key becomes free again."""
