@@ -541,6 +541,46 @@ def test_a_journal_whose_answers_are_paid_again_and_again_is_compacted(tmp_path,
     assert again.select(verdicts).sort(verdicts).equals(paid.select(verdicts).sort(verdicts))
 
 
+def test_answers_a_run_found_fresh_outlive_its_compaction(tmp_path, monkeypatch):
+    """QA 63: a nightly job starts at one time each night, so the answers paid 30 nights before
+    were still fresh when the run began and stale by the time it ended: its compaction dropped
+    them, and the next night paid them again as new listings, the summary's count of answers
+    paid again once stale missing them (15 rows on one night of a 70-night run)."""
+    from pipeline.batch import journal as journal_module
+
+    monkeypatch.setattr(journal_module, "COMPACT_AFTER_BATCHES", 0)
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(_settings(tmp_path)))
+    clock = [time.time()]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    finish_run = Journal.finish_run
+
+    def a_minute_later(self, *args, **kwargs):  # a run takes a minute
+        clock[0] += 60
+        return finish_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Journal, "finish_run", a_minute_later)
+    job = Job(tmp_path)
+    assert job.score(SAMPLE / "portfolio.csv") == 0
+    edited = tmp_path / "edited.csv"  # one listing new: a batch to compact with the others
+    listings = read_table(SAMPLE / "portfolio.csv")
+    listings.with_columns(pl.col("Listing ID").str.replace("L-0001", "L-0001b")).with_columns(
+        pl.when(pl.col("Listing ID") == "L-0001b")
+        .then(pl.lit("1,999,000"))
+        .otherwise(pl.col("Price (SAR)"))
+        .alias("Price (SAR)")
+    ).write_csv(edited)
+    clock[0] += 30 * 86_400 - 90  # 30 days less a minute and a half since those answers
+    assert job.score(edited) == 0
+    assert job.charged() == DISTINCT_VALID + 1  # the rest fresh when the run began: reused
+
+    clock[0] += 86_400  # the next night: every answer of the first run has gone stale
+    manifest = tmp_path / "manifest.json"
+    assert job.score(edited, "--manifest", str(manifest)) == 0
+    assert job.charged() == 2 * DISTINCT_VALID  # the 359 stale paid again, once
+    notes = json.loads(manifest.read_text(encoding="utf-8"))["notes"]
+    assert notes["Answers older than 30 days, paid again"] == DISTINCT_VALID - 1
+
+
 def test_a_compacted_batch_whose_answers_are_lost_is_scored_again_free(tmp_path, monkeypatch):
     # Its rows were paid under the keys of the batches folded into it; the ledger never saw
     # the compacted batch's key, so it was taken for a batch never charged: all paid again.

@@ -961,10 +961,12 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
 
 
 def _kept_after(freshness_days: float, run_began: float | None) -> float:
-    """When the oldest answer a compaction keeps was recorded: fresh ones, and those of the
-    run that began at `run_began` (None: not known, begun by an earlier version)."""
-    fresh_after = time.time() - freshness_days * 86_400
-    return fresh_after if run_began is None else min(fresh_after, run_began)
+    """When the oldest answer a compaction keeps was recorded: those fresh when the run that
+    began at `run_began` began (None: not known, begun by an earlier version), which it found
+    fresh, and its own. (QA 63: counted from the run's end, a nightly job's compaction dropped
+    the answers paid 30 nights before, gone stale while it ran, and the next night paid them
+    again as new, not as stale.)"""
+    return (time.time() if run_began is None else run_began) - freshness_days * 86_400
 
 
 def _number(text: str | None) -> float | None:
