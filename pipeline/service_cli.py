@@ -87,8 +87,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     app = build_app(db, settings.resolve(settings.benchmarks.table), rate_limit=args.rate_limit)
     logging.config.dictConfig(log_config())  # as uvicorn will: the first round's line is logged
     retention = AnswerRetention(SqliteLedger(db), args.keep_answers_days)
-    retention.forget_now()  # before the first request: its key may be one of them
-    retention.start()
+    retention.start()  # its first round at once, beside the first requests (see `start`)
     try:
         serve(app, host=args.host, port=args.port, one_cpu=not args.all_cpus, limits=limits)
     finally:

@@ -22,6 +22,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.ledger.accounts import SqliteAccounts, check_key_format, generate_key
+from pipeline.ledger.base import ChargeRequest
 from pipeline.ledger.sqlite import SqliteLedger
 from pipeline.service.limits import descriptors_needed
 
@@ -355,6 +356,9 @@ def test_serve_forgets_answers_kept_past_keep_answers_days(tmp_path: Path, capsy
         )
     ledger.close()
     with _served(tmp_path, "--keep-answers-days", "30") as served:
+        deadline = time.monotonic() + 30  # the first round runs beside the first requests
+        while SqliteLedger(db).charged("w", "old") and time.monotonic() < deadline:
+            time.sleep(0.05)
         recent = _post_decision(served.port, key, "recent")
         old = _post_decision(served.port, key, "old")
     assert recent[0] == 200 and recent[1].get("idempotent-replayed") == "true"
@@ -385,3 +389,32 @@ def test_a_stopping_server_waits_longer_than_a_charge_waits_for_the_ledger(monke
     monkeypatch.setattr(server.uvicorn, "run", lambda app, **options: started.update(options))
     server.serve(server.FastAPI())
     assert started["timeout_graceful_shutdown"] > BUSY_TIMEOUT_MS / 1000
+
+
+def test_a_server_listens_while_its_first_round_waits_on_a_locked_ledger(
+    tmp_path: Path, capsys
+) -> None:
+    """QA 64: the answers past their time were forgotten before the server listened, so behind
+    a ledger another process kept locked (a backup, a batch run's transaction) it did not
+    answer for up to a minute, and batch runs waiting for it gave up."""
+    db = tmp_path / "l.db"
+    assert main(["workspace", "create", "w", "--balance", "5", "--db", str(db)]) == 0
+    SqliteAccounts(db)  # a served ledger has its accounts' tables (made on first use)
+    ledger = SqliteLedger(db)
+    ledger.charge("w", ChargeRequest(cost=1, idempotency_key="old", fingerprint="f"))
+    with sqlite3.connect(db) as aging:
+        aging.execute("UPDATE idempotency SET created_at = created_at - 31 * 86400")
+    aging.close()
+    locker = sqlite3.connect(db, isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")
+    started = time.monotonic()
+    try:
+        with _served(tmp_path, "--keep-answers-days", "30"):
+            assert time.monotonic() - started < 20  # listening, the round still waiting
+            locker.execute("COMMIT")
+            deadline = time.monotonic() + 30
+            while ledger.charged("w", "old") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not ledger.charged("w", "old")
+    finally:
+        locker.close()

@@ -3,7 +3,7 @@
 Every request sent with a key stores its answer in the ledger, so that the same request sent
 again (a retry after a lost answer, a batch run resumed) is answered without a new charge.
 Kept for ever, a busy ledger grows by one to three kilobytes a request, so records older than
-`--keep-answers-days` (30 by default; DESIGN.md promises at least 24 hours) are deleted when
+`--keep-answers-days` (30 by default; DESIGN.md promises at least 24 hours) are deleted as
 the server starts and every hour after. The charges themselves stay in the ledger's entries.
 """
 
@@ -68,11 +68,15 @@ class AnswerRetention:
         return forgotten
 
     def start(self) -> None:
+        """A round now, then one every `every_s`, on a thread of their own. Not before the
+        server listens: behind a ledger another process keeps locked, the first round waits
+        up to a minute (QA 64), and an answer kept a few moments past its time harms nobody."""
         threading.Thread(target=self._every_round, name="answer-retention", daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
 
     def _every_round(self) -> None:
+        self.forget_now()
         while not self._stop.wait(self.every_s):
             self.forget_now()
