@@ -144,11 +144,16 @@ def _port(text: str) -> int:
     return int(text)
 
 
-def _seconds(text: str) -> float:
+def _number(text: str) -> float:
+    """`text` as a float; NaN, which fails every range check, when it is no number."""
     try:
-        seconds = float(text)
+        return float(text)
     except ValueError:
-        seconds = float("nan")
+        return float("nan")
+
+
+def _seconds(text: str) -> float:
+    seconds = _number(text)
     if not 0 < seconds <= 3600:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 3600]")
     return seconds
@@ -161,10 +166,7 @@ def _connections(text: str) -> int:
 
 
 def _days_kept(text: str) -> float:
-    try:
-        days = float(text)
-    except ValueError:
-        days = float("nan")
+    days = _number(text)
     if not MIN_KEEP_ANSWERS_DAYS <= days < float("inf"):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a number of days of at least {MIN_KEEP_ANSWERS_DAYS:g} (DESIGN.md: "
@@ -174,10 +176,7 @@ def _days_kept(text: str) -> float:
 
 
 def _per_second(text: str) -> float:
-    try:
-        rate = float(text)
-    except ValueError:
-        rate = float("nan")
+    rate = _number(text)
     if not 0 < rate < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of requests above 0")
     return rate

@@ -35,9 +35,10 @@ def place_notes(
         .group_by("city", "district", "type")
         .agg(pl.len().alias("rows"), *price_ranges())
     )
+    counted = kinds.drop("lowest", "highest")
     notes = [
-        unmatched_places(kinds.drop("lowest", "highest"), table),
-        unpriced_types(kinds.drop("lowest", "highest"), table),
+        unmatched_places(counted, table),
+        unpriced_types(counted, table),
         price_outliers(requests, kinds, table, rows_in_sheet),
     ]
     return [note for note in notes if note is not None]

@@ -30,8 +30,8 @@ log = logging.getLogger("pipeline.service")
 
 
 class AnswerRetention:
-    """Forgets the answers older than `keep_days`: `forget_now` once, `start` every hour on a
-    thread of its own (with its own connection to the ledger)."""
+    """Forgets the answers older than `keep_days`: `forget_now` once, `start` at once and every
+    hour after, on a thread of its own (with its own connection to the ledger)."""
 
     def __init__(
         self,
