@@ -11,6 +11,7 @@ import pytest
 from pipeline.batch import nightly
 from pipeline.cli import main
 from pipeline.errors import OutputError
+from pipeline.ledger.sqlite import SqliteLedger
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
 NIGHT = date(2026, 11, 24)
@@ -91,15 +92,17 @@ def test_a_rerun_the_same_night_spends_only_what_is_left_of_the_nights_budget(
     assert again["decisions_spent"] == 0 and 100_000 - again["balance_after"] == 200
     assert "Raise `budget` in configs/nightly.toml (200 a night, 200 spent by earlier runs)" in said
     # another job's records in the folder (a failed run's, kept aside) are not this job's spend
-    for record in night.glob("manifest-*.json"):
+    for n, record in enumerate(night.glob("manifest-*.json")):
         other = json.loads(record.read_text(encoding="utf-8"))
         other["input"] = str(tmp_path / "another.csv")
-        record.write_text(json.dumps(other), encoding="utf-8")
-    (night / "manifest.json").unlink()
-    capsys.readouterr()
-    assert main(["nightly", "--db", db]) == 0  # the 200 paid replayed, 160 paid of its 200
+        record.with_name(f"manifest-another-{n}.json").write_text(json.dumps(other), "utf-8")
+    (configs / "nightly.toml").write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\nbudget = 300\n',
+        encoding="utf-8",
+    )
+    assert main(["nightly", "--db", db]) == 3  # the 200 paid reused, 100 more paid
     third = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
-    assert third["decisions_spent"] == 160 and third["notes"]["Budget"] == 200
+    assert third["decisions_spent"] == 100 and third["notes"]["Budget"] == 100
 
 
 def test_a_latest_link_repointed_the_same_day_is_the_same_job(tmp_path, monkeypatch):
@@ -421,3 +424,93 @@ def test_two_runs_started_in_the_same_second_keep_both_records(tmp_path):
     assert [p.name for p in kept] == ["manifest-023000-2.json", "manifest-023000.json"]
     assert sorted(json.loads(p.read_text())["decisions_spent"] for p in kept) == [0, 2]
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+_KILLED_AT_AN_ANSWER = """
+import os, sys
+from datetime import date
+from pipeline.batch import nightly
+from pipeline.batch.journal import Journal
+from pipeline.cli import main
+
+nightly.tonight = lambda: date.fromisoformat(sys.argv[1])
+killed_at = int(sys.argv[2])
+record, recorded = Journal.record, []
+
+def killed(journal, answers, batch_key):
+    if len(recorded) == killed_at:
+        os._exit(137)  # as kill -9 ends it: no unwinding, no manifest
+    recorded.append(batch_key)
+    record(journal, answers, batch_key)
+
+Journal.record = killed
+main(["nightly", "--db", sys.argv[3]])
+"""
+
+
+def _killed_night(db: str, at_answer: int) -> None:
+    """A nightly run in a process of its own, killed once `at_answer` batches were answered
+    (the next one charged, its answers not recorded)."""
+    import subprocess
+    import sys
+
+    program = [sys.executable, "-c", _KILLED_AT_AN_ANSWER, NIGHT.isoformat(), str(at_answer), db]
+    done = subprocess.run(program, capture_output=True, text=True)
+    assert done.returncode == 137, done.stderr
+
+
+def test_a_run_killed_before_its_record_counts_against_the_nights_budget(
+    tmp_path, monkeypatch, capsys
+):
+    """QA 63: a night killed with kill -9 wrote no manifest, and the rerun had the whole
+    budget again: killed after 200 of 300, its rerun spent 300 more."""
+    configs = _project(tmp_path)
+    with (configs / "settings.toml").open("a", encoding="utf-8") as settings:
+        settings.write("[batch]\nchunk_rows = 40\n")
+    (configs / "nightly.toml").write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\nbudget = 100\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = _ledger(tmp_path)
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
+    ledger = SqliteLedger(db)
+
+    _killed_night(db, at_answer=1)  # 40 answered, 40 more charged: 80 of the 100
+    assert 100_000 - ledger.workspace("local").balance == 80
+    assert not list(night.glob("manifest*.json"))
+    capsys.readouterr()
+    assert main(["nightly", "--db", db]) == 3
+    said = capsys.readouterr().out
+    assert 100_000 - ledger.workspace("local").balance == 100  # 20 more, not 100
+    rerun = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert rerun["decisions_spent"] == 20 and rerun["decisions_spent_by_stopped_runs"] == 80
+    assert "(100 a night, 80 spent by earlier runs)" in said
+
+    # a third run that night counts both records, and no send twice
+    assert main(["nightly", "--db", db]) == 3
+    third = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert third["decisions_spent"] == 0 and third["notes"]["Budget"] == 0
+    assert third.get("decisions_spent_by_stopped_runs", 0) == 0
+    assert 100_000 - ledger.workspace("local").balance == 100
+
+
+def test_two_runs_killed_one_after_the_other_are_both_counted(tmp_path, monkeypatch):
+    configs = _project(tmp_path)
+    with (configs / "settings.toml").open("a", encoding="utf-8") as settings:
+        settings.write("[batch]\nchunk_rows = 40\n")
+    (configs / "nightly.toml").write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\nbudget = 150\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = _ledger(tmp_path)
+    ledger = SqliteLedger(db)
+    _killed_night(db, at_answer=0)  # 40 charged, none answered
+    _killed_night(db, at_answer=2)  # those 40 replayed, 40 answered, 40 more charged
+    assert 100_000 - ledger.workspace("local").balance == 120
+    assert main(["nightly", "--db", db]) == 3
+    assert 100_000 - ledger.workspace("local").balance == 150
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
+    rerun = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert rerun["decisions_spent"] + rerun["decisions_spent_by_stopped_runs"] >= 150

@@ -108,7 +108,7 @@ def add_score_command(commands: Any) -> None:
     add_remote_options(score)
     # What raises the budget, as the advice to go on names it: `decisions nightly` reads it
     # from its configuration file, and has no --budget.
-    score.set_defaults(handler=cmd_score, budget_named="--budget", unattended=False)
+    score.set_defaults(handler=cmd_score, budget_named="--budget", unattended=False, night=None)
 
 
 def add_nightly_command(commands: Any) -> None:
@@ -123,10 +123,11 @@ def add_nightly_command(commands: Any) -> None:
 
 def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.batch.nightly import (
+        NightRun,
         load_nightly,
         make_room,
+        night_so_far,
         score_arguments,
-        spent_tonight,
         tonight,
     )
 
@@ -136,17 +137,17 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     # (not known before the run asks the service, and what its manifest names).
     workspace = None if service_url(None) else config.workspace or settings.ledger.workspace
     make_room(config, settings.root, today, workspace)
-    spent = spent_tonight(config, settings.root, today, workspace) if config.budget else 0
-    argv = ["score", *score_arguments(config, settings.root, today, spent_tonight=spent)]
+    so_far = night_so_far(config, settings.root, today, workspace)
+    argv = ["score", *score_arguments(config, settings.root, today, spent_tonight=so_far.spent)]
     if args.db:
         argv += ["--db", args.db]
     parser = CommandParser(prog="decisions")
     add_score_command(parser.add_subparsers(dest="command"))
     score_args = parser.parse_args(argv)
     score_args.unattended = True  # a ledger named and not there is refused, not started
-    score_args.budget_named = f"`budget` in {args.config or 'configs/nightly.toml'}"
-    if spent:
-        score_args.budget_named += f" ({config.budget:,} a night, {spent:,} spent by earlier runs)"
+    named = f"`budget` in {args.config or 'configs/nightly.toml'}"
+    score_args.night = NightRun(so_far, config.budget, named)
+    score_args.budget_named = score_args.night.budget_named()
     print(f"decisions nightly: {' '.join(argv)}", flush=True)
     return cmd_score(score_args, settings)
 
@@ -278,10 +279,12 @@ def _failure_record(
     outcome = getattr(error, "outcome", None)
     if outcome is not None:
         manifest = summary_json(outcome, error.scorer_version)  # type: ignore[arg-type]
-        return manifest | {"exit_code": error.exit_code, "error": _said(error)}
+        return (
+            manifest | {"exit_code": error.exit_code, "error": _said(error)} | _night_fields(args)
+        )
     remote = service_url(args.api_url)
     workspace = args.workspace or (None if remote else settings.ledger.workspace)
-    return failure_manifest(error, started, args.input, workspace)
+    return failure_manifest(error, started, args.input, workspace) | _night_fields(args)
 
 
 def _record_failure(
@@ -548,6 +551,8 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
                 file=sys.stderr,
             )
         _claim_journal(journal, args, remote, owner)
+        if args.night is not None and not args.dry_run:
+            options = _count_stopped_runs(journal, args, options)
         outcome = run_batch(
             options,
             scorer,
@@ -568,7 +573,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
     if isinstance(outcome, Plan):
         print_plan(outcome, as_json=args.json)
         return 0
-    manifest = summary_json(outcome, scorer.version)
+    manifest = summary_json(outcome, scorer.version) | _night_fields(args)
     failed = failed_rows(outcome)
     if stopped is not None:  # why the run stopped, for a monitor
         manifest["error"] = stopped
@@ -595,6 +600,35 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         print(f"decisions: error: {failed}. {RETRY_FAILED}\n  {command_line(sys.argv)}",
               file=sys.stderr)  # fmt: skip
     return outcome.exit_code
+
+
+def _count_stopped_runs(
+    journal: Journal, args: argparse.Namespace, options: BatchOptions
+) -> BatchOptions:
+    """A night's run: what a run of the job stopped tonight before writing its record (killed
+    with kill -9) sent is spent tonight, and the night's budget is what is left of it (QA 63:
+    killed after 200 of a night's 300, its rerun spent 300 more). `args.stopped_runs_spent`:
+    for the run's manifest, which then holds it (a third run counts it from there)."""
+    stopped = args.stopped_runs_spent = args.night.stopped_runs_spent(journal)
+    if not stopped:
+        return options
+    print(
+        f"decisions nightly: a run of this job stopped tonight before it recorded its spend; "
+        f"the requests it sent asked for {stopped:,} decisions, counted as spent tonight",
+        flush=True,
+    )
+    if options.budget is None:
+        return options
+    args.budget_named = args.night.budget_named(stopped)
+    return replace(options, budget=max(options.budget - stopped, 0), budget_named=args.budget_named)
+
+
+def _night_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """A night's run's account of the job's spend, for its manifest (see `night_record`)."""
+    from pipeline.batch.nightly import night_record
+
+    stopped = getattr(args, "stopped_runs_spent", None)
+    return {} if stopped is None else night_record(stopped)
 
 
 def _ledger_to_name(args: argparse.Namespace, settings: Settings) -> str | None:

@@ -48,6 +48,7 @@ from pipeline.batch.job_files import legacy_folder, results_folder
 from pipeline.batch.scorers.base import COMPACTED_BATCH
 from pipeline.errors import OutputError, PipelineError, UsageError
 from pipeline.io.atomic import atomic_path, fsync_path
+from pipeline.ledger.base import COST_WITH_REASONING
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -465,6 +466,20 @@ class Journal:
         """Whether any batch was sent, answered or still in doubt (a new job's journal has none)."""
         self.flush()
         return self._db.execute("SELECT 1 FROM batches LIMIT 1").fetchone() is not None
+
+    def sent_since(self, since: float) -> int:
+        """The decisions the batches sent since `since` (a Unix time) asked for: what runs
+        that left no record of their spend (killed with kill -9) spent at most. A batch resent
+        since counts whole; a rows file that cannot be read counts each row at the highest
+        cost."""
+        self.flush()
+        sent = self._db.execute(
+            "SELECT rows_file, rows FROM batches WHERE created_at >= ?", (since,)
+        ).fetchall()
+        readable = [name for name, _ in sent if self._intact(name)]
+        unread = sum(rows for name, rows in sent if not self._intact(name))
+        asked = self._scan_each(readable, ["cost"])["cost"].sum() if readable else 0
+        return int(asked) + unread * COST_WITH_REASONING
 
     def _batches(self) -> list[tuple[str, str, str, str | None, float]]:
         self.flush()

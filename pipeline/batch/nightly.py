@@ -12,14 +12,21 @@ import json
 import os
 import tomllib
 from collections.abc import Mapping
-from datetime import date
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline.batch.job_files import job_input
 from pipeline.errors import UsageError
+
+if TYPE_CHECKING:
+    from pipeline.batch.journal import Journal
+
+STOPPED_RUNS_SPENT = "decisions_spent_by_stopped_runs"
+SPEND_RECORDED_UNTIL = "spend_recorded_until"
 
 
 class NightlyConfig(BaseModel):
@@ -107,19 +114,69 @@ def _night_folder(config: NightlyConfig, root: Path, day: date) -> Path:
     return _resolved(config.output_dir, root) / day.isoformat()
 
 
-def spent_tonight(config: NightlyConfig, root: Path, day: date, workspace: str | None) -> int:
-    """The decisions the night's earlier runs of the job spent, as their manifests (set aside
-    by `make_room`) record it; another job's records (a folder shared) are not counted."""
+@dataclass(frozen=True)
+class NightSoFar:
+    """What the night's records of a job say its earlier runs spent (their manifests, set
+    aside by `make_room`; another job's records in a shared folder are not counted), and the
+    time up to which they account for every request the job sent: what its journal shows sent
+    after it, by a run still unfinished, is in no record (a run killed with kill -9 writes
+    none)."""
+
+    spent: int
+    recorded_until: float  # a Unix time: the night's start, or a record's
+
+
+def night_so_far(config: NightlyConfig, root: Path, day: date, workspace: str | None) -> NightSoFar:
     source = _resolved(config.input, root)
-    spent = 0
+    spent, until = 0, datetime.combine(day, datetime.min.time()).timestamp()
     for path in _night_folder(config, root, day).glob("manifest-*.json"):
         try:
             earlier = json.loads(path.read_text(encoding="utf-8"))
-            if _same_job(earlier, source, workspace):
-                spent += int(earlier.get("decisions_spent") or 0)
+            if not _same_job(earlier, source, workspace):
+                continue
+            spent += int(earlier.get("decisions_spent") or 0)
+            spent += int(earlier.get(STOPPED_RUNS_SPENT) or 0)
+            if recorded := earlier.get(SPEND_RECORDED_UNTIL):
+                until = max(until, datetime.fromisoformat(recorded).timestamp())
         except (OSError, ValueError, TypeError, AttributeError):
             continue  # not a run's record: nothing it says was paid
-    return spent
+    return NightSoFar(spent, until)
+
+
+@dataclass(frozen=True)
+class NightRun:
+    """A night's run of a job: what is known of the night before it opens the job's journal,
+    and what its budget is (None: no budget), set in `named`."""
+
+    so_far: NightSoFar
+    budget: int | None
+    named: str
+
+    def budget_named(self, stopped: int = 0) -> str:
+        """Where the budget is set, and what the night's earlier runs spent of it."""
+        spent = self.so_far.spent + stopped
+        if not self.budget or not spent:
+            return self.named
+        return f"{self.named} ({self.budget:,} a night, {spent:,} spent by earlier runs)"
+
+    def stopped_runs_spent(self, journal: Journal) -> int:
+        """The decisions asked by the requests of the job's unfinished run (however often
+        resumed) sent tonight and in none of the night's records: spent, as far as is known
+        (a run killed with kill -9 says nothing of what it paid). Counted as spent, a request
+        it sent and that was never charged makes the night spend less, never more."""
+        if journal.open_run() is None:
+            return 0
+        since = max(self.so_far.recorded_until, journal.open_run_since() or 0.0)
+        return journal.sent_since(since)
+
+
+def night_record(stopped_runs_spent: int) -> dict[str, Any]:
+    """A night's manifest's account of its job's spend: what runs stopped before their record
+    spent, and the time up to which the night's records hold every request sent."""
+    return {
+        STOPPED_RUNS_SPENT: stopped_runs_spent,
+        SPEND_RECORDED_UNTIL: datetime.now(UTC).isoformat(timespec="microseconds"),
+    }
 
 
 def _same_job(earlier: dict[str, Any], source: Path, workspace: str | None) -> bool:
