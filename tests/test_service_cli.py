@@ -11,7 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -199,16 +199,23 @@ def _served(tmp_path: Path, *options: str, limit_files: int | None = None) -> It
                 assert server.poll() is None, server.communicate()[1]
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
-        yield Served(port, server.pid, log)
+        yield Served(port, server.pid, log, lambda: _stop(server, log))
     finally:
+        _stop(server, log)
+
+
+def _stop(server: subprocess.Popen[bytes], log: list[str]) -> None:
+    """SIGTERM, as systemd stops it; what it wrote to stderr, once, into `log`."""
+    if server.returncode is None:
         server.terminate()
-        log.append(server.communicate(timeout=30)[1].decode())
+        log.append(server.communicate(timeout=90)[1].decode())
 
 
 class Served(NamedTuple):
     port: int
     pid: int
     log: list[str]  # what the server wrote to stderr, once it has stopped
+    stop: Callable[[], None]
 
 
 def _free_port() -> int:
@@ -267,6 +274,39 @@ def test_a_stopped_server_leaves_every_charge_in_the_ledger_file_itself(tmp_path
     copy = tmp_path / "copy.db"
     shutil.copyfile(db, copy)  # the file alone, without its -wal
     assert SqliteLedger(copy).workspace("w").balance == 2
+
+
+def test_a_stopped_server_says_when_another_process_kept_its_log_from_being_folded(
+    tmp_path: Path,
+) -> None:
+    # Found by QA 62: with another process reading the ledger as the server stopped, the log
+    # was not folded into the file, and nothing said so: the .db file copied alone then lacks
+    # the last charges, as the README warns only a running server's does.
+
+    db = tmp_path / "l.db"
+    with _served(tmp_path) as served:
+        reader = sqlite3.connect(db, isolation_level=None)
+        try:
+            accounts = SqliteAccounts(db)
+            accounts.create_account("b", "w", "broker")
+            key = accounts.create_key("b").key
+            body = {"property": {"type": "villa", "price": 2_000_000, "area": 300},
+                    "location": {"city": "Riyadh"}, "reasoning": False}  # fmt: skip
+            reader.execute("BEGIN")
+            reader.execute("SELECT balance FROM workspaces").fetchall()  # a snapshot held
+            answer = httpx.post(
+                f"http://127.0.0.1:{served.port}/v1/decisions",
+                json=body,
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=30,
+            )
+            assert answer.status_code == 200, answer.text
+            served.stop()  # while the snapshot is held
+        finally:
+            reader.close()
+    said = served.log[0]
+    assert "not all of the ledger's log could be folded into" in said
+    assert ".backup" in said
 
 
 def test_serve_raises_its_open_files_limit_to_what_its_connections_need(tmp_path: Path) -> None:

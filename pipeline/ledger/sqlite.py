@@ -135,17 +135,21 @@ class SqliteLedger:
     def close(self) -> None:
         self._connections.close()
 
-    def fold_log(self) -> None:
+    def fold_log(self) -> bool:
         """Copy the write-ahead log into the database file and empty it, as far as no other
         process's transaction stands in the way (never waiting for one): called by a server
         as it stops, whose connections stay open (so SQLite never does it on their close), so
         that the file alone holds every charge made (a copy or a move of the .db file without
         its -wal, a backup the way operators take one, would lack them). The connection is
-        this thread's: after a move of the file, it writes to the file where it now is."""
+        this thread's: after a move of the file, it writes to the file where it now is.
+        Whether the whole log was folded (False: another process is using the ledger)."""
         db = self._connection()
-        with suppress(sqlite3.Error):
+        try:
             db.execute("PRAGMA busy_timeout = 0")  # the connection's last use: it is stopping
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            blocked, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error:
+            return False
+        return not blocked
 
     # -- workspaces --------------------------------------------------------------------------
 

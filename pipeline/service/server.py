@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import sys
 import threading
@@ -24,6 +25,8 @@ from pipeline.service.limits import BACKLOG, DEFAULT_LIMITS, ConnectionLimits
 
 if TYPE_CHECKING:
     from pipeline.ledger.sqlite import SqliteLedger
+
+log = logging.getLogger("pipeline.service")
 
 # The event loop shares the GIL with the ledger's writer threads, and Python hands the GIL to a
 # waiting thread only once per switch interval (5 ms by default): a writer with charges to
@@ -88,7 +91,13 @@ def folding_log_on_stop(ledger: SqliteLedger) -> Lifespan[FastAPI]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        ledger.fold_log()
+        if not ledger.fold_log():
+            log.warning(
+                "not all of the ledger's log could be folded into %s: another process is "
+                "using the ledger. Its last charges may be in %s-wal: back it up with "
+                "`sqlite3 %s \".backup COPY.db\"`, or move the -wal (and -shm) with it",
+                ledger.path, ledger.path, ledger.path,
+            )  # fmt: skip
 
     return lifespan
 
