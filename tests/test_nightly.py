@@ -514,3 +514,52 @@ def test_two_runs_killed_one_after_the_other_are_both_counted(tmp_path, monkeypa
     night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     rerun = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
     assert rerun["decisions_spent"] + rerun["decisions_spent_by_stopped_runs"] >= 150
+
+
+def test_a_second_run_the_same_night_lists_the_changes_since_the_last_night(tmp_path, monkeypatch):
+    """QA 63: a second run the same night (after a top-up, say) listed the verdicts changed
+    since the night's first run, none, in place of those changed since the last night."""
+    import os
+    from datetime import datetime, timedelta
+
+    import polars as pl
+
+    from pipeline.io.read import read_table
+
+    configs = _project(tmp_path)
+    source = tmp_path / "listings.csv"
+    listings = read_table(SAMPLE / "portfolio.csv").unique(maintain_order=True)
+    listings.write_csv(source)
+    (configs / "nightly.toml").write_text(
+        f'input = "{source}"\nformats = ["parquet"]\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    db = _ledger(tmp_path)
+    monkeypatch.setattr(nightly, "tonight", lambda: NIGHT - timedelta(days=1))
+    assert main(["nightly", "--db", db]) == 0
+    last_night = datetime.combine(NIGHT, datetime.min.time()).timestamp() - 3600
+    for history in tmp_path.rglob("*verdicts*.parquet"):  # kept then, as it would have been
+        os.utime(history, (last_night, last_night))
+
+    monkeypatch.setattr(nightly, "tonight", lambda: NIGHT)
+    listings.with_columns(
+        pl.when(pl.int_range(pl.len()) < 60).then(pl.lit("99000000"))
+        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+    ).write_csv(source)  # fmt: skip
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
+
+    def changed() -> int:
+        manifest = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+        return manifest["notes"]["Verdicts changed since last run"]
+
+    assert main(["nightly", "--db", db]) == 0
+    first = changed()
+    assert first >= 20
+    assert main(["nightly", "--db", db]) == 0  # the file unchanged
+    assert changed() == first
+    listings.with_columns(
+        pl.when(pl.int_range(pl.len()) < 90).then(pl.lit("99000000"))
+        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+    ).write_csv(source)  # fmt: skip
+    assert main(["nightly", "--db", db]) == 0  # 30 more prices changed since
+    assert changed() > first

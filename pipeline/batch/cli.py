@@ -553,6 +553,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         _claim_journal(journal, args, remote, owner)
         if args.night is not None and not args.dry_run:
             options = _count_stopped_runs(journal, args, options)
+            options = replace(options, changes_since=args.night.so_far.began)
         outcome = run_batch(
             options,
             scorer,

@@ -624,11 +624,15 @@ class Journal:
             stored, on=["fingerprint", "_order"], how="left", maintain_order="left"
         ).drop("_order")
 
-    def previous_verdicts(self) -> pl.DataFrame:
+    def previous_verdicts(self, as_of: float | None = None) -> pl.DataFrame:
         """The last verdict of each listing (`listing`, `old_verdict`, `copies`: how many rows
         had that listing); empty if none was kept, or kept under another listing key (an older
-        version: nothing to compare with)."""
+        version: nothing to compare with). `as_of` (a Unix time): the history as it stood
+        then, kept aside by `keep_verdicts` when a later one was kept (a night's start: every
+        run of the night compares with the last night's)."""
         path = self.verdicts_path
+        if as_of is not None and self.verdicts_kept_since(as_of):
+            path = self._earlier_verdicts
         empty = pl.DataFrame(
             schema={"listing": pl.UInt64, "old_verdict": pl.String, "copies": pl.UInt32}
         )
@@ -788,13 +792,31 @@ class Journal:
         target = self._pending_verdicts if pending else self.verdicts_path
         _write_parquet(latest.rename({"listing": LISTING_KEY}), target)
 
-    def keep_verdicts(self) -> None:
-        """The verdicts saved `pending` become the history the next run compares with."""
-        os.replace(self._pending_verdicts, self.verdicts_path)
+    def keep_verdicts(self, as_of: float | None = None) -> None:
+        """The verdicts saved `pending` become the history the next run compares with. `as_of`:
+        the history they replace, if it was kept before then, is kept aside (a copy, so that
+        a crash in between leaves the history as it was), for `previous_verdicts(as_of)`."""
+        latest = self.verdicts_path
+        if as_of is not None and latest.exists() and not self.verdicts_kept_since(as_of):
+            copy = self._earlier_verdicts.with_suffix(".tmp")
+            shutil.copy2(latest, copy)  # with its time: when it was kept
+            os.replace(copy, self._earlier_verdicts)
+        os.replace(self._pending_verdicts, latest)
+
+    def verdicts_kept_since(self, since: float) -> bool:
+        """Whether the verdict history was kept at or after `since` (a Unix time)."""
+        try:
+            return self.verdicts_path.stat().st_mtime >= since
+        except OSError:
+            return False
 
     @property
     def _pending_verdicts(self) -> Path:
         return self.verdicts_path.with_name(f"{self.verdicts_path.stem}.pending.parquet")
+
+    @property
+    def _earlier_verdicts(self) -> Path:
+        return self.verdicts_path.with_name(f"{self.verdicts_path.stem}.earlier.parquet")
 
     def compact(self, freshness_days: float, *, run_began: float | None = None) -> None:
         """One rows file and one answers file holding every final answer still fresh, and
@@ -859,7 +881,7 @@ class Journal:
         self._db.execute("COMMIT")
         self._name_as_sent(unsent)
         live = {rows_file, answers_file, _LAST_RESULTS, _LAST_REJECTS}
-        live |= {"verdicts.parquet", self._pending_verdicts.name}  # (this run's, not kept yet)
+        live |= {"verdicts.parquet", self._pending_verdicts.name, self._earlier_verdicts.name}
         live |= {name for b in batches if b[0] in holding for name in b[2:4] if name}
         for stale in self.files.glob("*.parquet"):
             if stale.name not in live:
@@ -963,7 +985,7 @@ class Journal:
         self.flush()
         self._db.execute("DELETE FROM meta WHERE name IN ('last_run', 'workspace')")
         self._db.execute("DELETE FROM batches")
-        history = {self.verdicts_path, self._pending_verdicts}
+        history = {self.verdicts_path, self._pending_verdicts, self._earlier_verdicts}
         for stale in self.files.glob("*.parquet"):
             if stale not in history:
                 stale.unlink()

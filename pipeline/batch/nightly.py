@@ -124,11 +124,13 @@ class NightSoFar:
 
     spent: int
     recorded_until: float  # a Unix time: the night's start, or a record's
+    began: float  # the night's start (local midnight), a Unix time
 
 
 def night_so_far(config: NightlyConfig, root: Path, day: date, workspace: str | None) -> NightSoFar:
     source = _resolved(config.input, root)
-    spent, until = 0, datetime.combine(day, datetime.min.time()).timestamp()
+    began = datetime.combine(day, datetime.min.time()).timestamp()
+    spent, until = 0, began
     for path in _night_folder(config, root, day).glob("manifest-*.json"):
         try:
             earlier = json.loads(path.read_text(encoding="utf-8"))
@@ -140,7 +142,7 @@ def night_so_far(config: NightlyConfig, root: Path, day: date, workspace: str | 
                 until = max(until, datetime.fromisoformat(recorded).timestamp())
         except (OSError, ValueError, TypeError, AttributeError):
             continue  # not a run's record: nothing it says was paid
-    return NightSoFar(spent, until)
+    return NightSoFar(spent, until, began)
 
 
 @dataclass(frozen=True)

@@ -25,3 +25,7 @@ class BatchOptions:
     reserve: int = 0
     # how the rows left for lack of budget name it: a nightly job sets it in its configuration
     budget_named: str = "--budget"
+    # list the verdicts changed since the verdict history as it stood then (a Unix time: a
+    # night's start, so that every run of a night lists the changes since the last night);
+    # None: since the last run
+    changes_since: float | None = None

@@ -172,6 +172,14 @@ def _first_column(columns: list[str]) -> str | None:
     return clash_free_names(columns).get(columns[0], columns[0])
 
 
+def _changes_since_not_kept(journal: Journal, options: BatchOptions) -> bool:
+    """Whether the changes the run should list are since a history older than the last run's
+    (a night's second run: since the last night's, not since the night's first run), which
+    the last run's output kept to answer again does not list."""
+    since = options.changes_since
+    return since is not None and journal.verdicts_kept_since(since)
+
+
 def _answer_again(
     options: BatchOptions,
     scorer: Scorer,
@@ -368,6 +376,8 @@ def run_batch(
     key = f"{fingerprint}:{_options_key(options, scorer)}"
     if journal is not None and not dry_run:
         last = journal.last_run(key, now() - freshness_days * SECONDS_PER_DAY)
+        if _changes_since_not_kept(journal, options):
+            last = None  # its output lists the changes since a later history than asked
         if last is not None and not _unexplained(last[0]):
             return _answer_again(options, scorer, journal, last, fingerprint, workspace, clock)
     prepared = prepare(options)
@@ -429,7 +439,7 @@ def run_batch(
         rejects = rejects_table(prepared)
         changes = None
         if journal is not None:
-            previous = journal.previous_verdicts()
+            previous = journal.previous_verdicts(as_of=options.changes_since)
             label = _first_column(prepared.raw.columns)
             changes = changed_verdicts(results, listings, previous, label)
 
@@ -528,7 +538,7 @@ def run_batch(
         verdicts_failure = _failure_of(verdicts_kept)
         if journal is not None and verdicts_kept is not None and verdicts_failure is None:
             try:
-                journal.keep_verdicts()
+                journal.keep_verdicts(as_of=options.changes_since)
                 if keeping is None:
                     # The history is now this run's: an unchanged file of the last run kept
                     # is run again (free), to list what changed since this one (QA 33).
