@@ -246,3 +246,21 @@ def test_a_location_scored_on_its_citys_deeds_says_so_without_a_type_benchmark(d
     assert body["benchmark"] is None
     flags = body["reasoning"]["risk_flags"]
     assert "city_level_benchmark" in flags and "no_type_benchmark" in flags
+
+
+def test_a_benchmark_table_that_is_not_there_is_named_not_a_traceback(
+    db, tmp_path, monkeypatch, capsys, stdin
+):
+    """QA 66: settings.toml copied to another folder (DECISIONS_SETTINGS) takes its relative
+    `table` from there; the missing file came out as a FileNotFoundError traceback, exit 1."""
+    settings = tmp_path / "configs" / "settings.toml"
+    settings.parent.mkdir()
+    settings.write_text('[benchmarks]\ntable = "sample_data/benchmarks.csv"\n', encoding="utf-8")
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    stdin(VILLA)
+    capsys.readouterr()
+    assert main(["decide", "-", "--db", db, "--workspace", "acme"]) == 2
+    said = capsys.readouterr().err
+    missing = tmp_path / "sample_data" / "benchmarks.csv"
+    assert said.startswith(f"decisions: error: cannot read the benchmark table {missing} (No such")
+    assert "Traceback" not in said

@@ -24,6 +24,7 @@ import polars as pl
 
 from pipeline.engine.names import STRIP_WHITESPACE
 from pipeline.engine.places import Places
+from pipeline.errors import UsageError
 
 DEFAULT_DIR = Path(__file__).parents[2] / "sample_data"
 
@@ -403,7 +404,19 @@ def _table_bytes(
     benchmarks_path = Path(benchmarks_path)
     market_path = Path(market_averages_path or benchmarks_path.with_name("market_averages.csv"))
     factors_path = Path(type_factors_path or benchmarks_path.with_name("type_factors.csv"))
-    return [p.read_bytes() for p in (benchmarks_path, market_path, factors_path)]
+    parts = []
+    for path in (benchmarks_path, market_path, factors_path):
+        try:
+            parts.append(path.read_bytes())
+        except OSError as exc:  # a settings file copied elsewhere takes `table` from there (QA 66)
+            raise UsageError(
+                f"cannot read the benchmark table {path} ({exc.strerror}): `table` under "
+                "[benchmarks] in the settings (configs/settings.toml, or the file "
+                "DECISIONS_SETTINGS names) places the tables, a relative path from the folder "
+                "above the settings file's; build them with `decisions benchmarks build --out "
+                f"{benchmarks_path}`"
+            ) from exc
+    return parts
 
 
 def _digest(parts: list[bytes]) -> str:
