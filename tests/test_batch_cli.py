@@ -1572,6 +1572,21 @@ def test_a_city_of_the_market_averages_alone_is_not_said_to_be_misspelt(tmp_path
     assert note.startswith("2 row(s): city 'محايل' (1); city 'محايلل' (1, did you mean محايل?). ")
 
 
+def test_a_latin_name_with_an_accent_is_suggested_in_latin(tmp_path, db, capsys):
+    """QA 62: a misspelt name in Latin letters with an accent (Riyâdth, Jéddahh) was not
+    ASCII, and was given the Arabic name as its suggestion (الرياض, جده)."""
+    source = tmp_path / "accents.csv"
+    source.write_text(
+        "city,district,type,price,area\nRiyâdth,,villa,3200000,400\nJéddahh,,villa,1200000,400\n",
+        encoding="utf-8",
+    )
+    capsys.readouterr()
+    assert score(db, str(source), "--dry-run", "--json") == 0
+    note = json.loads(capsys.readouterr().out)["read_as"]["Places without their own benchmark"]
+    assert "city 'Riyâdth' (1, did you mean Riyadh?)" in note
+    assert "city 'Jéddahh' (1, did you mean Jeddah?)" in note
+
+
 def test_a_district_the_aliases_know_is_not_said_to_be_another_one(tmp_path, db, capsys):
     """QA 62: King Abdulaziz, a district of Riyadh the aliases name but the table has no
     benchmark for, was named 'did you mean King Abdullah?', another district of the city,

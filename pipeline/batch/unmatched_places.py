@@ -18,6 +18,7 @@ import polars as pl
 from pipeline.batch.price_outliers import price_outliers, price_ranges
 from pipeline.engine.aliases import english_name
 from pipeline.engine.benchmarks import BenchmarkTable, attach_benchmarks
+from pipeline.io.xlsx_text import has_arabic
 
 NOTE = "Places without their own benchmark"
 TYPES_NOTE = "Types their place's sales do not price"
@@ -102,8 +103,8 @@ def _place(row: dict[str, Any], table: BenchmarkTable) -> str:
 
 def _name(table: BenchmarkTable, written: str, city: str, district: str | None) -> str:
     """A place of the table as its user would write it: by its English name when they wrote
-    in English and one is known, else by its official Arabic name."""
-    if written.isascii() and (english := english_name(city, district)) is not None:
+    in Latin letters (accents too) and one is known, else by its official Arabic name."""
+    if not has_arabic(written) and (english := english_name(city, district)) is not None:
         return english
     level = "city" if district is None else "district"
     official = table.benchmarks.filter(
