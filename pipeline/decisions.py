@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from pipeline.engine.batching import MicroBatcher
 from pipeline.engine.engine import Engine
 from pipeline.engine.models import DecisionRequest
-from pipeline.engine.request import checked_row, parse_request
+from pipeline.engine.request import checked_row, loads_json, parse_request
 from pipeline.errors import (
     ChargeNotRefunded,
     InsufficientDecisions,
@@ -162,7 +162,7 @@ def _not_refunded(
 def requested_cost(body: bytes | str | dict[str, Any] | None) -> int:
     """What a request refused before its charge would have cost, as far as its body tells."""
     try:
-        parsed = body if isinstance(body, dict) else json.loads(body or b"")
+        parsed = body if isinstance(body, dict) else loads_json(body or b"")
         reasoning = parsed.get("reasoning")
     except (ValueError, AttributeError, RecursionError):  # nested past Python's stack
         reasoning = None

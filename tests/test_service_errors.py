@@ -147,6 +147,50 @@ def test_a_number_too_large_for_a_float_names_its_field(service: Service) -> Non
     assert assert_error(response, 422, "validation_error")["field"] == "property.price"
 
 
+# Found by QA 65: pydantic's JSON parser reads integers of up to 4,300 digits (Python's
+# int_max_str_digits); a longer one, valid JSON as 1e999999 is, was answered 400 invalid_json.
+LONG_INTEGER = "9" * 4301
+
+
+def test_an_integer_longer_than_the_parser_reads_names_its_field(service: Service) -> None:
+    content = json_of(body()).replace("900000", LONG_INTEGER).encode()
+    response = service.post(content=content, headers={"Content-Type": "application/json"})
+    payload = assert_error(response, 422, "validation_error")
+    assert (payload["field"], payload["message"]) == (
+        "property.price",
+        "property.price must be at most 100,000,000,000",
+    )
+    assert service.balance() == 100
+
+
+def test_an_integer_longer_than_the_parser_reads_is_ignored_with_its_field(
+    service: Service,
+) -> None:
+    content = json_of(body()).replace("{", '{"note": ' + LONG_INTEGER + ", ", 1).encode()
+    response = service.post(content=content, headers={"Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    assert service.balance() == 99
+    twice = content[:-1] + b', "reasoning": true}'  # still refused: which one was meant?
+    response = service.post(content=twice, headers={"Content-Type": "application/json"})
+    assert assert_error(response, 422, "validation_error")["field"] == "reasoning"
+    assert service.balance() == 99
+
+
+def test_nan_beside_an_integer_longer_than_the_parser_reads_is_still_told_apart(
+    service: Service,
+) -> None:
+    long_note = json_of(body()).replace("{", '{"note": ' + LONG_INTEGER + ", ", 1)
+    naming_them = long_note.replace("{", '{"text": "NaN or Infinity", ', 1)
+    response = service.post(content=naming_them, headers={"Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    for word in ("NaN", "-Infinity"):
+        content = long_note.replace("900000", word)
+        response = service.post(content=content, headers={"Content-Type": "application/json"})
+        message = assert_error(response, 400, "invalid_json")["message"]
+        assert "out of range" not in str(message)
+    assert service.balance() == 99
+
+
 def test_a_trailing_slash_is_an_unknown_path_not_a_redirect(service: Service) -> None:
     response = service.client.post(
         f"{service.url}/v1/decisions/",

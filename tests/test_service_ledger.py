@@ -48,6 +48,10 @@ def test_at_zero_every_request_is_402_but_a_paid_answer_is_still_replayed(tmp_pa
             "valid": svc.post(body()),
             "invalid": svc.post(invalid),
             "invalid, reasoning": svc.post({**invalid, "reasoning": True}),
+            "reasoning, a number of 4,301 digits": svc.post(  # its cost was read as 1 (QA 65)
+                content=b'{"reasoning": true, "note": ' + b"9" * 4301 + b"}",
+                headers={"Content-Type": "application/json"},
+            ),
             "not json": svc.post(content=b"{", headers={"Content-Type": "application/json"}),
             "not sent as json": svc.post(content=b"{}", headers={"Content-Type": "text/plain"}),
             "nested too deep": svc.post(  # was a 500: a RecursionError reading its cost
@@ -60,6 +64,7 @@ def test_at_zero_every_request_is_402_but_a_paid_answer_is_still_replayed(tmp_pa
             assert answer.json()["balance"] == 0, what
         assert answers["invalid"].json()["required"] == 1
         assert answers["invalid, reasoning"].json()["required"] == 3
+        assert answers["reasoning, a number of 4,301 digits"].json()["required"] == 3
         replay = svc.post(body(), headers={"Idempotency-Key": "last"})
         assert replay.status_code == 200 and replay.json() == paid.json()
         assert svc.post(invalid, key="sk-nope").status_code == 401  # an unknown caller: 401

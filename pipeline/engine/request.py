@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from typing import Any, NoReturn
 
 import polars as pl
 from pydantic import ValidationError
@@ -44,19 +44,58 @@ def parse_request(body: bytes | str | dict[str, Any]) -> DecisionRequest:
         _refuse_repeated_fields(body)
         return DecisionRequest.model_validate_json(body)
     except ValidationError as exc:
+        if not isinstance(body, dict) and _integer_too_long(exc):
+            return _parse_long_integers(body)
+        raise _translate(exc) from None
+
+
+def loads_json(raw: bytes | str, **options: Any) -> Any:
+    """json.loads with every integer read as a float. Python converts no integer of more than
+    4,300 digits (`sys.int_max_str_digits`), and the request has no integer fields: a number
+    too large for a float is infinite, which the fields' upper bounds refuse."""
+    return json.loads(raw, parse_int=float, **options)
+
+
+_TOO_LONG = "number out of range"  # pydantic's parser, of an integer over 4,300 digits
+
+
+def _integer_too_long(exc: ValidationError) -> bool:
+    """Whether pydantic's parser refused the body for an integer of more than 4,300 digits, in
+    valid JSON (as 1e999999 is, which it reads as infinite)."""
+    error = exc.errors(include_url=False, include_input=False)[0]
+    return error["type"] == "json_invalid" and _TOO_LONG in error["msg"]
+
+
+def _parse_long_integers(body: bytes | str) -> DecisionRequest:
+    """A body refused for `_integer_too_long` only, read by Python's parser and written again
+    with its integers as floats (too large: Infinity), so that pydantic's reads it by its own
+    other rules (depth, lone surrogates)."""
+    try:
+        rewritten = json.dumps(loads_json(body, parse_constant=_refuse_constant))
+    except (ValueError, RecursionError) as exc:
+        raise _invalid_json(str(exc)) from None
+    try:
+        return DecisionRequest.model_validate_json(rewritten)
+    except ValidationError as exc:
         raise _translate(exc) from None
 
 
 def _refuse_non_json_numbers(body: bytes | str) -> None:
     """InvalidJson for NaN, Infinity and -Infinity anywhere in the body: pydantic's parser
     reads them (JSON has no such values) and only a number field refuses them, as not finite.
-    The full check runs only for a body holding such a word, so as to cost nothing else."""
+    The full check runs only for a body holding such a word, so as to cost nothing else. (An
+    integer too long for the parser stops it first: `_parse_long_integers` checks the rest.)"""
     raw = body.encode() if isinstance(body, str) else body
     if b"NaN" in raw or b"Infinity" in raw:
         try:
             from_json(raw, allow_inf_nan=False)
         except ValueError as exc:
-            raise _invalid_json(f"NaN and Infinity are not JSON numbers ({exc})") from None
+            if _TOO_LONG not in str(exc):
+                raise _invalid_json(f"NaN and Infinity are not JSON numbers ({exc})") from None
+
+
+def _refuse_constant(word: str) -> NoReturn:
+    raise _invalid_json(f"NaN and Infinity are not JSON numbers ({word})")
 
 
 # The fields of each object of the request, by their names there: "price" -> "property.price".
@@ -95,7 +134,7 @@ def _refuse_repeated_fields(body: bytes | str) -> None:
     if b"\\u" not in raw and all(raw.count(quoted) < 2 for quoted in _QUOTED_NAMES):
         return
     try:
-        request = json.loads(raw, object_pairs_hook=_object_pairs)
+        request = loads_json(raw, object_pairs_hook=_object_pairs)
     except (ValueError, RecursionError):
         return  # not JSON: pydantic's parser says why
     if not isinstance(request, _Pairs):
