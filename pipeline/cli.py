@@ -55,11 +55,18 @@ def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine
     from pipeline.ledger.base import IDEMPOTENCY_KEY_RULE, valid_idempotency_key
+    from pipeline.ledger.key_text import looks_like_key
     from pipeline.ledger.sqlite import first_charge_note
 
     key = args.idempotency_key
     if key is not None and not valid_idempotency_key(key):
         raise UsageError(f"--idempotency-key must be {IDEMPOTENCY_KEY_RULE}")
+    if key is not None and looks_like_key(key):  # as the service's header: it would be stored
+        raise UsageError(
+            "--idempotency-key holds an API key, which the ledger's entries would keep in clear: "
+            "give the request a key of its own, and revoke this one (`decisions key revoke`), "
+            "as the shell's history may have kept it"
+        )
     try:
         body = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
     except OSError as exc:

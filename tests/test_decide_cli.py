@@ -118,6 +118,21 @@ def test_an_idempotency_key_the_service_would_refuse_is_refused(db, capsys, stdi
     assert json.loads(capsys.readouterr().out)["balance"] == 4
 
 
+def test_an_api_key_given_as_idempotency_key_is_refused_not_stored(db, capsys, stdin):
+    # Found by QA 65: the service refuses such a header (400); `decide` charged the request and
+    # wrote the key in clear into the ledger's entries, which `workspace entries` lists.
+    from pipeline.ledger.accounts import generate_key
+
+    key = generate_key()
+    stdin(VILLA)
+    assert main(["decide", "-", "--db", db, "--workspace", "acme", "--idempotency-key", key]) == 2
+    err = capsys.readouterr().err
+    assert "--idempotency-key holds an API key" in err and key not in err
+    assert main(["workspace", "entries", "acme", "--db", db]) == 0
+    entries = capsys.readouterr().out
+    assert key not in entries and json.loads(entries)[-1]["kind"] == "opening"
+
+
 def test_the_audit_trail_reconciles_with_the_balance(db, capsys, stdin):
     stdin(VILLA)
     decide(db, VILLA, capsys, "--idempotency-key", "listing-42")
