@@ -22,7 +22,8 @@ _ERRORS: dict[int, str] = {
     "sent twice, or holding an API key; `bad_request`: the bytes sent are not HTTP/1.1 (the "
     "connection is closed).",
     401: "`invalid_api_key`: the key is missing, malformed, unknown or revoked.",
-    402: "`insufficient_decisions`: the balance is lower than the cost (`required`, `balance`).",
+    402: "`insufficient_decisions`: the balance is lower than the cost, or is zero (`required`, "
+    "`balance`).",
     408: "`request_timeout`: the request head did not arrive within 10 s, or the whole request "
     "within 30 s (as the server is configured by default); the connection is closed.",
     409: "`request_in_progress`: a request with this Idempotency-Key is still running.",
