@@ -174,6 +174,14 @@ def test_a_district_written_with_its_city_names_it_once_however_the_city_is_writ
     assert f"for an apartment in Al Malqa, {said}, at" in reasoning
 
 
+@pytest.mark.parametrize("written", ["al malqa, Riyad city", "Al-Malqa, Ar Riyad"])
+def test_a_district_written_with_its_city_misspelt_names_the_city_once(engine, written):
+    # QA 60: "in al malqa, Riyad city, Riyadh": a third spelling of the city, in the district
+    # field after a comma, was said beside the city's own.
+    reasoning = explain(engine, "Riyadh", written)["reasoning_en"]
+    assert "for an apartment in Al Malqa, Riyadh, at" in reasoning
+
+
 def test_a_city_without_a_benchmark_written_with_the_word_city_is_not_given_it_twice(engine):
     # "لمدينة مدينة لا تعرف" (found by the spec audit).
     text = explain(engine, "مدينة   لا تعرف")["reasoning_ar"]

@@ -139,8 +139,12 @@ def _place(row: Mapping[str, Any]) -> str:
     english = english_name(row.get("city_key"), district_key)
     district = _in_english(row.get("district"), english)
     city_names = (_as_written(row.get("city")), english_name(row.get("city_key")))
-    if english is not None and any(_names_city(district, name) for name in city_names):
-        district = english  # written with its city ("Al Malqa, Riyadh"): said once
+    if english is not None and (
+        "," in district or any(_names_city(district, name) for name in city_names)
+    ):
+        # written with its city ("Al Malqa, Riyadh", or a third spelling of it after a comma,
+        # "Al Malqa, Riyadth"): the city is said once
+        district = english
     return f"{district}, {city}"
 
 
