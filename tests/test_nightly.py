@@ -516,6 +516,88 @@ def test_two_runs_killed_one_after_the_other_are_both_counted(tmp_path, monkeypa
     assert rerun["decisions_spent"] + rerun["decisions_spent_by_stopped_runs"] >= 150
 
 
+_KILLED_ONCE_CLOSED = """
+import os, sys
+from datetime import date
+from pipeline.batch import nightly
+from pipeline.batch.journal import Journal
+from pipeline.cli import main
+
+nightly.tonight = lambda: date.fromisoformat(sys.argv[1])
+finish_run = Journal.finish_run
+
+def killed(journal, *args, **kwargs):
+    finish_run(journal, *args, **kwargs)
+    os._exit(137)  # the run closed in its journal, its manifest not written yet
+
+Journal.finish_run = killed
+main(["nightly", "--db", sys.argv[2]])
+"""
+
+
+def _night_of_a_copy(tmp_path: Path, monkeypatch, budget: int) -> tuple[Path, str]:
+    """A nightly job of 40-row batches scoring a copy of the sample portfolio (to change it
+    between runs) with `budget`; the copy, and the ledger."""
+    configs = _project(tmp_path)
+    with (configs / "settings.toml").open("a", encoding="utf-8") as settings:
+        settings.write("[batch]\nchunk_rows = 40\n")
+    source = tmp_path / "listings.csv"
+    source.write_bytes((SAMPLE / "portfolio.csv").read_bytes())
+    (configs / "nightly.toml").write_text(
+        f'input = "{source}"\nformats = ["parquet"]\nbudget = {budget}\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    return source, _ledger(tmp_path)
+
+
+def _new_prices(source: Path, rows: int) -> None:
+    """The next export: the first `rows` listings at another price (new requests to pay)."""
+    import polars as pl
+
+    listings = pl.read_csv(source, infer_schema=False)
+    price = pl.when(pl.int_range(pl.len()) < rows).then(pl.lit("1999999"))
+    listings.with_columns(price.otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")).write_csv(
+        source
+    )
+
+
+def test_a_run_killed_once_it_closed_its_journal_counts_against_the_nights_budget(
+    tmp_path, monkeypatch
+):
+    """QA 67: killed after it closed its run in the journal and before it wrote its manifest,
+    a run left no record and no unfinished run: the rerun, on an export with new prices, had
+    the night's whole budget again (400 a night, 557 spent)."""
+    import subprocess
+    import sys
+
+    source, db = _night_of_a_copy(tmp_path, monkeypatch, budget=400)
+    program = [sys.executable, "-c", _KILLED_ONCE_CLOSED, NIGHT.isoformat(), db]
+    killed = subprocess.run(program, capture_output=True, text=True)
+    assert killed.returncode == 137, killed.stderr
+    ledger = SqliteLedger(db)
+    assert 100_000 - ledger.workspace("local").balance == 360
+    _new_prices(source, 200)
+    assert main(["nightly", "--db", db]) == 3
+    assert 100_000 - ledger.workspace("local").balance == 400
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
+    rerun = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert rerun["decisions_spent_by_stopped_runs"] == 360
+
+
+def test_two_runs_killed_on_two_exports_are_both_counted(tmp_path, monkeypatch):
+    """QA 67: the export changed between two runs killed that night: the second began a run of
+    its own in the journal, and the third counted only what the second had sent (300 a night,
+    420 spent)."""
+    source, db = _night_of_a_copy(tmp_path, monkeypatch, budget=300)
+    ledger = SqliteLedger(db)
+    _killed_night(db, at_answer=2)  # 80 answered, 40 more charged
+    _new_prices(source, 371)  # every request another
+    _killed_night(db, at_answer=2)  # 120 more
+    assert 100_000 - ledger.workspace("local").balance == 240
+    assert main(["nightly", "--db", db]) == 3
+    assert 100_000 - ledger.workspace("local").balance == 300
+
+
 def test_a_second_run_the_same_night_lists_the_changes_since_the_last_night(tmp_path, monkeypatch):
     """QA 63: a second run the same night (after a top-up, say) listed the verdicts changed
     since the night's first run, none, in place of those changed since the last night."""

@@ -363,6 +363,14 @@ class Journal:
         version before 2026-11-25, which did not record it."""
         return _number(self._meta("open_run_since"))
 
+    def night_run_since(self) -> float | None:
+        """When the earliest of the job's nightly runs that no night's record may account for
+        began, as `mark_night_run` last set it (see `NightRun.stopped_runs_spent`)."""
+        return _number(self._meta("night_run_since"))
+
+    def mark_night_run(self, since: float) -> None:
+        self._set_meta("night_run_since", repr(since))
+
     def finish_run(self, freshness_days: float, *, keep: LastRun | None = None) -> None:
         """Close the run; once the batches have outgrown what they hold (`_outgrown`), fold
         them into one file first, keeping the answers this run recorded whatever their age.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -162,14 +163,23 @@ class NightRun:
         return f"{self.named} ({self.budget:,} a night, {spent:,} spent by earlier runs)"
 
     def stopped_runs_spent(self, journal: Journal) -> int:
-        """The decisions asked by the requests of the job's unfinished run (however often
-        resumed) sent tonight and in none of the night's records: spent, as far as is known
-        (a run killed with kill -9 says nothing of what it paid). Counted as spent, a request
-        it sent and that was never charged makes the night spend less, never more."""
-        if journal.open_run() is None:
-            return 0
-        since = max(self.so_far.recorded_until, journal.open_run_since() or 0.0)
-        return journal.sent_since(since)
+        """The decisions asked by the requests sent tonight and in none of the night's records,
+        by the job's unfinished run (however often resumed) and by the night's runs that left
+        no record: spent, as far as is known (a run killed with kill -9 says nothing of what it
+        paid). Counted as spent, a request sent and never charged makes the night spend less,
+        never more.
+
+        Marks this run begun in the journal, before it sends anything: a night's run whose
+        mark is newer than the night's last record wrote none, even if it closed its run in
+        the journal first (killed before its manifest) or a changed input began another
+        (QA 67). The earliest such run's mark is kept until a record covers it."""
+        recorded = self.so_far.recorded_until
+        marked = journal.night_run_since()
+        began = [marked] if marked is not None and marked > recorded else []
+        journal.mark_night_run(began[0] if began else time.time())
+        if journal.open_run() is not None:
+            began.append(journal.open_run_since() or 0.0)
+        return journal.sent_since(max(recorded, min(began))) if began else 0
 
 
 def night_record(stopped_runs_spent: int) -> dict[str, Any]:
