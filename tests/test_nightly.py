@@ -598,6 +598,30 @@ def test_two_runs_killed_on_two_exports_are_both_counted(tmp_path, monkeypatch):
     assert 100_000 - ledger.workspace("local").balance == 300
 
 
+def test_a_run_stopped_once_done_before_its_manifest_records_what_it_paid(tmp_path, monkeypatch):
+    """QA 67: stopped (SIGTERM) once it was done, before it wrote its manifest, a run recorded
+    that it had paid nothing, and the rerun, on an export with new prices, had the night's
+    whole budget again (400 a night, 557 spent)."""
+    from pipeline.batch import cli as batch_cli
+
+    source, db = _night_of_a_copy(tmp_path, monkeypatch, budget=400)
+    summary_json, stops = batch_cli.summary_json, [KeyboardInterrupt]
+
+    def stopped_once_done(*args, **kwargs):
+        if stops:
+            raise stops.pop()  # as SIGTERM does, between the run's end and its manifest
+        return summary_json(*args, **kwargs)
+
+    monkeypatch.setattr(batch_cli, "summary_json", stopped_once_done)
+    assert main(["nightly", "--db", db]) == 130
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
+    stopped = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert stopped["decisions_spent"] == 360 and stopped["exit_code"] == 130
+    _new_prices(source, 200)
+    assert main(["nightly", "--db", db]) == 3
+    assert 100_000 - SqliteLedger(db).workspace("local").balance == 400
+
+
 def test_a_second_run_the_same_night_lists_the_changes_since_the_last_night(tmp_path, monkeypatch):
     """QA 63: a second run the same night (after a top-up, say) listed the verdicts changed
     since the night's first run, none, in place of those changed since the last night."""

@@ -196,6 +196,8 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
             try:
                 return _score(args, settings)
             except KeyboardInterrupt as stop:
+                if (done := getattr(args, "not_recorded", None)) is not None:
+                    stop.outcome, stop.scorer_version = done  # type: ignore[attr-defined]
                 raise _interrupted(stop) from None
             except (sqlite3.Error, LedgerUnavailable) as exc:  # a full disk, a damaged file
                 raise _database_failed(exc) from exc
@@ -563,6 +565,10 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
             freshness_days=settings.batch.freshness_days,
             dry_run=args.dry_run,
         )
+        if not isinstance(outcome, Plan):
+            # Done and paid, its manifest not written yet: a stop (SIGTERM) from here records
+            # the run's summary, not a run that paid nothing (QA 67)
+            args.not_recorded = outcome, scorer.version
         journal.close()
     progress.finish()
     stopped = None  # why a remote run stopped, without an API key
@@ -582,6 +588,7 @@ def _score(args: argparse.Namespace, settings: Settings) -> int:
         manifest["error"] = failed
     if args.manifest:
         write_manifest(args.manifest, manifest)
+    args.not_recorded = None
     if args.json:
         print(json.dumps(manifest, ensure_ascii=False, indent=2))
     named_ledger = _ledger_to_name(args, settings)

@@ -552,5 +552,5 @@ def run_batch(
         )
         if not_kept:
             summary = replace(summary, notes=[*summary.notes, *not_kept])
-    summary = replace(summary, duration_s=time.perf_counter() - clock)
-    return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
+        summary = replace(summary, duration_s=time.perf_counter() - clock)
+        return BatchOutcome(summary, results, rejects, list(options.outputs), changes)
