@@ -622,6 +622,43 @@ def test_a_run_stopped_once_done_before_its_manifest_records_what_it_paid(tmp_pa
     assert 100_000 - SqliteLedger(db).workspace("local").balance == 400
 
 
+def test_a_run_by_hand_before_the_night_leaves_it_the_changes_since_the_last_night(
+    tmp_path, monkeypatch
+):
+    """QA 67: the job's file scored by hand (`decisions score`) the day of a night kept the
+    verdict history the night then took for one its own runs had kept: the night compared with
+    the history kept aside the night before, and listed the last night's changes again with
+    its own (54, for 17)."""
+    import os
+    from datetime import datetime, timedelta
+
+    source, db = _night_of_a_copy(tmp_path, monkeypatch, budget=100_000)
+
+    def night(day: date) -> int:
+        """`day`'s run, its history then aged as if kept that night; its changes listed."""
+        monkeypatch.setattr(nightly, "tonight", lambda: day)
+        assert main(["nightly", "--db", db]) == 0
+        kept = datetime.combine(day, datetime.min.time()).timestamp() + 3600
+        for history in tmp_path.rglob("*verdicts.parquet"):
+            os.utime(history, (kept, kept))
+        manifest = tmp_path / "out" / "nightly" / day.isoformat() / "manifest.json"
+        return json.loads(manifest.read_text())["notes"]["Verdicts changed since last run"]
+
+    night(NIGHT - timedelta(days=2))
+    _new_prices(source, 60)
+    assert night(NIGHT - timedelta(days=1)) > 0  # the last night's changes
+    _new_prices(source, 80)  # 20 more prices changed since
+    by_hand = tmp_path / "by-hand.json"
+    assert main(["score", str(source), "--db", db, "--manifest", str(by_hand), "--quiet"]) == 0
+    since_last_night = json.loads(by_hand.read_text())["notes"]["Verdicts changed since last run"]
+    assert since_last_night > 0
+    monkeypatch.setattr(nightly, "tonight", lambda: NIGHT)
+    assert main(["nightly", "--db", db]) == 0
+    manifest = tmp_path / "out" / "nightly" / NIGHT.isoformat() / "manifest.json"
+    tonight = json.loads(manifest.read_text())["notes"]["Verdicts changed since last run"]
+    assert tonight == since_last_night
+
+
 def test_a_second_run_the_same_night_lists_the_changes_since_the_last_night(tmp_path, monkeypatch):
     """QA 63: a second run the same night (after a top-up, say) listed the verdicts changed
     since the night's first run, none, in place of those changed since the last night."""

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -178,6 +178,17 @@ def _changes_since_not_kept(journal: Journal, options: BatchOptions) -> bool:
     the last run's output kept to answer again does not list."""
     since = options.changes_since
     return since is not None and journal.verdicts_kept_since(since)
+
+
+def _kept_aside_as_of(options: BatchOptions) -> float:
+    """The history a run's verdicts replace is kept aside if it was kept before then (see
+    `Journal.keep_verdicts`): a night's start; for a run by hand, the start of its day, the
+    night of that date then compares with the history as it stood before it (QA 67: the
+    night took the history a run by hand had kept that day for its own runs', and listed the
+    changes since the night before last)."""
+    if options.changes_since is not None:
+        return options.changes_since
+    return datetime.combine(date.today(), datetime.min.time()).timestamp()
 
 
 def _answer_again(
@@ -538,7 +549,7 @@ def run_batch(
         verdicts_failure = _failure_of(verdicts_kept)
         if journal is not None and verdicts_kept is not None and verdicts_failure is None:
             try:
-                journal.keep_verdicts(as_of=options.changes_since)
+                journal.keep_verdicts(as_of=_kept_aside_as_of(options))
                 if keeping is None:
                     # The history is now this run's: an unchanged file of the last run kept
                     # is run again (free), to list what changed since this one (QA 33).
