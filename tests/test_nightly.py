@@ -464,15 +464,7 @@ def test_a_run_killed_before_its_record_counts_against_the_nights_budget(
 ):
     """QA 63: a night killed with kill -9 wrote no manifest, and the rerun had the whole
     budget again: killed after 200 of 300, its rerun spent 300 more."""
-    configs = _project(tmp_path)
-    with (configs / "settings.toml").open("a", encoding="utf-8") as settings:
-        settings.write("[batch]\nchunk_rows = 40\n")
-    (configs / "nightly.toml").write_text(
-        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\nbudget = 100\n',
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = _ledger(tmp_path)
+    _, db = _night_of_a_copy(tmp_path, monkeypatch, budget=100)
     night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
     ledger = SqliteLedger(db)
 
@@ -496,15 +488,7 @@ def test_a_run_killed_before_its_record_counts_against_the_nights_budget(
 
 
 def test_two_runs_killed_one_after_the_other_are_both_counted(tmp_path, monkeypatch):
-    configs = _project(tmp_path)
-    with (configs / "settings.toml").open("a", encoding="utf-8") as settings:
-        settings.write("[batch]\nchunk_rows = 40\n")
-    (configs / "nightly.toml").write_text(
-        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\nbudget = 150\n',
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
-    db = _ledger(tmp_path)
+    _, db = _night_of_a_copy(tmp_path, monkeypatch, budget=150)
     ledger = SqliteLedger(db)
     _killed_night(db, at_answer=0)  # 40 charged, none answered
     _killed_night(db, at_answer=2)  # those 40 replayed, 40 answered, 40 more charged
