@@ -183,7 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    decide = commands.add_parser("decide", help="evaluate one request body (JSON) and charge it")
+    decide = commands.add_parser(
+        "decide",
+        help="evaluate one request body (JSON) and charge it",
+        description="Evaluate one request body of POST /v1/decisions (JSON) with the embedded "
+        "engine, charge the workspace 1 decision (3 with reasoning) and print the answer.",
+    )
     decide.add_argument("request", help="REQUEST.json, or - for standard input")
     decide.add_argument("--idempotency-key", help="replay instead of charging twice")
     _add_ledger_options(decide, workspace=True)
@@ -193,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     ws = workspace.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = ws.add_parser("create", help="create a workspace with an opening balance")
     create.add_argument("name")
-    create.add_argument("--balance", type=int, required=True)
+    create.add_argument(
+        "--balance", type=int, required=True, help="its opening balance, in decisions"
+    )
     create.set_defaults(handler=cmd_workspace_create)
     topup = ws.add_parser("topup", help="add decisions to a workspace")
     topup.add_argument("name")

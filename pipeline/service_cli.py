@@ -199,7 +199,12 @@ def _db_option(parser: argparse.ArgumentParser) -> None:
 
 def add_service_commands(commands: Any) -> None:
     """Add serve, account and key to the `decisions` subparsers."""
-    serve = commands.add_parser("serve", help="serve POST /v1/decisions over HTTP")
+    serve = commands.add_parser(
+        "serve",
+        help="serve POST /v1/decisions over HTTP",
+        description="Serve the decision API (POST /v1/decisions, GET /v1/workspace, "
+        "/openapi.json) over HTTP, charging the workspaces of the ledger (--db).",
+    )
     serve.add_argument(
         "--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)"
     )
@@ -261,15 +266,22 @@ def add_service_commands(commands: Any) -> None:
     acc = account.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = acc.add_parser("create", help="create an account in a workspace")
     create.add_argument("name")
-    create.add_argument("--workspace", required=True)
-    create.add_argument("--type", required=True, choices=ACCOUNT_TYPES)
+    create.add_argument("--workspace", required=True, help="the workspace its keys spend from")
+    create.add_argument(
+        "--type",
+        required=True,
+        choices=ACCOUNT_TYPES,
+        help="broker and agency accounts can have API keys; buyer and seller cannot",
+    )
     _db_option(create)
     create.set_defaults(handler=cmd_account_create)
 
     key = commands.add_parser("key", help="API keys (broker and agency accounts only)")
     keys = key.add_subparsers(dest="action", required=True, metavar="ACTION")
     key_create = keys.add_parser("create", help="create a key; printed once, stored as a hash")
-    key_create.add_argument("--account", required=True)
+    key_create.add_argument(
+        "--account", required=True, help="the broker or agency account the key is for"
+    )
     key_create.set_defaults(handler=cmd_key_create)
     revoke = keys.add_parser("revoke", help="revoke a key by its prefix (sk-xxxxxxxx)")
     revoke.add_argument(
@@ -277,7 +289,7 @@ def add_service_commands(commands: Any) -> None:
     )
     revoke.set_defaults(handler=cmd_key_revoke)
     listing = keys.add_parser("list", help="list keys: prefix and last characters only")
-    listing.add_argument("--account")
+    listing.add_argument("--account", help="only this account's keys (default: every account)")
     listing.set_defaults(handler=cmd_key_list)
     for sub in (key_create, revoke, listing):
         _db_option(sub)

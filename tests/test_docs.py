@@ -44,3 +44,28 @@ def test_commands_have_help(command, capsys):
         build_parser().parse_args([command, "--help"])
     assert done.value.code == 0
     assert "usage: decisions" in capsys.readouterr().out
+
+
+def _every_command(parser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], object]]:
+    found = [(path, parser)]
+    for name, sub in _subcommands(parser).items():
+        found += _every_command(sub, (*path, name))
+    return found
+
+
+def test_every_option_of_every_command_says_what_it_is():
+    """QA 66: `workspace create --balance`, `account create --workspace` and `--type` had no
+    help text, and `decide` and `serve` no description in their own --help."""
+    silent = [
+        f"decisions {' '.join(path)} {action.option_strings[0]}"
+        for path, parser in _every_command(build_parser())
+        for action in parser._actions
+        if action.option_strings and not action.help and action.dest != "help"
+    ]
+    assert not silent, silent
+    undescribed = [
+        path[0]
+        for path, parser in _every_command(build_parser())
+        if len(path) == 1 and not _subcommands(parser) and not (parser.description or "").strip()
+    ]
+    assert not undescribed, undescribed  # (an action's help line is in its command's --help)

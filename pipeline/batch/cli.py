@@ -94,7 +94,9 @@ def add_score_command(commands: Any) -> None:
     score.add_argument(
         "--fresh", action="store_true", help="forget the journal: score (and pay) every row again"
     )
-    score.add_argument("--journal", type=Path, help="journal file (default: one per input)")
+    score.add_argument(
+        "--journal", type=Path, help="journal file (default: one per input file and workspace)"
+    )
     score.add_argument(
         "--quiet",
         action="store_true",
@@ -115,6 +117,9 @@ def add_nightly_command(commands: Any) -> None:
     nightly = commands.add_parser(
         "nightly",
         help="the scheduled run: score the portfolio of configs/nightly.toml into a dated folder",
+        description="The scheduled run (cron): `decisions score` with the options of "
+        "configs/nightly.toml, into out/nightly/YYYY-MM-DD/ with a manifest.json; the "
+        "configuration's budget is the night's, across its runs.",
     )
     nightly.add_argument("--config", type=Path, help="default: configs/nightly.toml")
     nightly.add_argument("--db", help="ledger: a SQLite path or sqlite:///PATH (env DECISIONS_DB)")
