@@ -690,3 +690,81 @@ def test_a_second_run_the_same_night_lists_the_changes_since_the_last_night(tmp_
     ).write_csv(source)  # fmt: skip
     assert main(["nightly", "--db", db]) == 0  # 30 more prices changed since
     assert changed() > first
+
+
+def test_a_row_in_doubt_resent_weeks_later_leaves_its_batchs_other_answers_fresh(
+    tmp_path, monkeypatch
+):
+    """QA 68: a batch resent for a row left in doubt (its price changed back weeks later) took
+    its answers, stale by then, for the latest of its other rows: those, paid again meanwhile,
+    were paid a third time the next night."""
+    import time
+
+    import polars as pl
+
+    from pipeline.batch.journal import Journal
+
+    source, db = _night_of_a_copy(tmp_path, monkeypatch, budget=100_000)
+    ledger = SqliteLedger(db)
+    real, later = time.time, [0.0]
+    monkeypatch.setattr(time, "time", lambda: real() + later[0])
+
+    def spent(run) -> int:
+        before = ledger.workspace("local").balance
+        run()
+        return before - ledger.workspace("local").balance
+
+    def score() -> None:
+        assert main(["score", str(source), "--db", db, "--quiet"]) == 0
+
+    record, stops = Journal.record, [KeyboardInterrupt]
+
+    def stopped_once(journal, answers, batch_key):
+        if stops:
+            raise stops.pop()  # the first batch charged, its answers never recorded
+        record(journal, answers, batch_key)
+
+    monkeypatch.setattr(Journal, "record", stopped_once)
+    assert main(["score", str(source), "--db", db, "--quiet"]) == 130
+    listings = pl.read_csv(source, infer_schema=False)
+    first_price = listings["Price (SAR)"][0]
+    _new_prices(source, 1)  # the first row in doubt leaves the file
+    score()  # the rest of its batch replayed, the other rows paid
+    later[0] += 31 * 86_400
+    assert spent(score) > 300  # every answer stale: paid again
+    listings.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(first_price))
+        .otherwise(pl.col("Price (SAR)")).alias("Price (SAR)")
+    ).write_csv(source)  # fmt: skip
+    later[0] += 3600
+    assert spent(score) == 0  # the row in doubt is back: replayed
+    later[0] += 3600
+    assert spent(score) == 0  # every answer fresh
+
+
+def test_a_run_killed_once_it_compacted_its_journal_counts_what_it_sent_not_what_it_kept(
+    tmp_path, monkeypatch
+):
+    """QA 68: killed after its run closed in the journal, a run that had compacted it left one
+    batch made then, holding every answer still fresh: the rerun took all of them for what the
+    killed run had sent (1,365 counted for 32 charged), and the night's budget was gone."""
+    import subprocess
+    import sys
+
+    source, db = _night_of_a_copy(tmp_path, monkeypatch, budget=400)
+    assert main(["score", str(source), "--db", db, "--quiet"]) == 0  # by hand: 360 paid
+    settings = tmp_path / "configs" / "settings.toml"
+    settings.write_text(settings.read_text().replace("chunk_rows = 40", "chunk_rows = 1"))
+    _new_prices(source, 160)  # one batch a row: past 150 batches, compacted as the run ends
+    program = [sys.executable, "-c", _KILLED_ONCE_CLOSED, NIGHT.isoformat(), db]
+    killed = subprocess.run(program, capture_output=True, text=True)
+    assert killed.returncode == 137, killed.stderr
+    ledger = SqliteLedger(db)
+    tonight = 100_000 - 360 - ledger.workspace("local").balance
+    assert 100 < tonight < 160
+    _new_prices(source, 250)  # 90 more
+    assert main(["nightly", "--db", db]) == 0
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
+    rerun = json.loads((night / "manifest.json").read_text(encoding="utf-8"))
+    assert rerun["decisions_spent_by_stopped_runs"] == tonight
+    assert 0 < rerun["decisions_spent"] <= 90
