@@ -252,25 +252,35 @@ def test_serve_takes_its_connection_limits_from_the_command_line(tmp_path: Path)
             assert time.monotonic() - started < 2
 
 
+def _broker_key(db: Path) -> str:
+    """A key of a broker account of workspace `w` (the one `_served` makes)."""
+    accounts = SqliteAccounts(db)
+    accounts.create_account("b", "w", "broker")
+    return accounts.create_key("b").key
+
+
+def _charge_one(served: Served, key: str) -> None:
+    """One villa scored and charged (1 decision) by the served server."""
+    body = {"property": {"type": "villa", "price": 2_000_000, "area": 300},
+            "location": {"city": "Riyadh"}, "reasoning": False}  # fmt: skip
+    answer = httpx.post(
+        f"http://127.0.0.1:{served.port}/v1/decisions",
+        json=body,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+
+
 def test_a_stopped_server_leaves_every_charge_in_the_ledger_file_itself(tmp_path: Path) -> None:
     # Found by QA 61: the server stopped (SIGTERM) with its last charges in the ledger's -wal
     # file, so a copy of the .db file alone, as an operator backs up or moves a ledger once
     # the server is stopped, lacked decisions that were paid and answered.
     db = tmp_path / "l.db"
     with _served(tmp_path) as served:
-        accounts = SqliteAccounts(db)
-        accounts.create_account("b", "w", "broker")
-        key = accounts.create_key("b").key
-        body = {"property": {"type": "villa", "price": 2_000_000, "area": 300},
-                "location": {"city": "Riyadh"}, "reasoning": False}  # fmt: skip
+        key = _broker_key(db)
         for _ in range(3):
-            answer = httpx.post(
-                f"http://127.0.0.1:{served.port}/v1/decisions",
-                json=body,
-                headers={"Authorization": f"Bearer {key}"},
-                timeout=30,
-            )
-            assert answer.status_code == 200, answer.text
+            _charge_one(served, key)
     copy = tmp_path / "copy.db"
     shutil.copyfile(db, copy)  # the file alone, without its -wal
     assert SqliteLedger(copy).workspace("w").balance == 2
@@ -282,25 +292,14 @@ def test_a_stopped_server_says_when_another_process_kept_its_log_from_being_fold
     # Found by QA 62: with another process reading the ledger as the server stopped, the log
     # was not folded into the file, and nothing said so: the .db file copied alone then lacks
     # the last charges, as the README warns only a running server's does.
-
     db = tmp_path / "l.db"
     with _served(tmp_path) as served:
         reader = sqlite3.connect(db, isolation_level=None)
         try:
-            accounts = SqliteAccounts(db)
-            accounts.create_account("b", "w", "broker")
-            key = accounts.create_key("b").key
-            body = {"property": {"type": "villa", "price": 2_000_000, "area": 300},
-                    "location": {"city": "Riyadh"}, "reasoning": False}  # fmt: skip
+            key = _broker_key(db)
             reader.execute("BEGIN")
             reader.execute("SELECT balance FROM workspaces").fetchall()  # a snapshot held
-            answer = httpx.post(
-                f"http://127.0.0.1:{served.port}/v1/decisions",
-                json=body,
-                headers={"Authorization": f"Bearer {key}"},
-                timeout=30,
-            )
-            assert answer.status_code == 200, answer.text
+            _charge_one(served, key)
             served.stop()  # while the snapshot is held
         finally:
             reader.close()
