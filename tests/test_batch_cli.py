@@ -1534,11 +1534,19 @@ def test_places_without_a_benchmark_of_their_own_are_named_before_paying(tmp_pat
     )
 
 
+def _places_note(source: Path, listings: str, db: str, capsys) -> str:
+    """The dry run's *Places without their own benchmark* note on `listings` (CSV text)."""
+    source.write_text(listings, encoding="utf-8")
+    capsys.readouterr()
+    assert score(db, str(source), "--dry-run", "--json") == 0
+    return json.loads(capsys.readouterr().out)["read_as"]["Places without their own benchmark"]
+
+
 def test_a_place_spelt_like_a_known_one_is_suggested(tmp_path, db, capsys):
     """QA 59: a misspelt city (Riyadth) was named as unknown, and its rows scored without a
     benchmark; the note now says which known place it is spelt like, in the user's script."""
-    source = tmp_path / "slips.csv"
-    source.write_text(
+    note = _places_note(
+        tmp_path / "slips.csv",
         "city,district,type,price,area\n"
         "Riyadth,,villa,3200000,400\n"
         "Riyadth,Al Malqa,villa,3200000,400\n"
@@ -1546,11 +1554,9 @@ def test_a_place_spelt_like_a_known_one_is_suggested(tmp_path, db, capsys):
         "Riyadh,Al Nargis,villa,3200000,400\n"
         "الرياض,الياسمن,villa,3200000,400\n"
         "الرياض,حي لا يعرف,villa,3200000,400\n",  # like nothing: no guess
-        encoding="utf-8",
+        db,
+        capsys,
     )
-    capsys.readouterr()
-    assert score(db, str(source), "--dry-run", "--json") == 0
-    note = json.loads(capsys.readouterr().out)["read_as"]["Places without their own benchmark"]
     assert note.startswith(
         "6 row(s): city 'Riyadth' (2, did you mean Riyadh?); district 'Al Nargis' in Riyadh "
         "(1, did you mean An Narjis?); district 'الياسمن' in الرياض (1, did you mean الياسمين?); "
@@ -1561,28 +1567,24 @@ def test_a_place_spelt_like_a_known_one_is_suggested(tmp_path, db, capsys):
 def test_a_city_of_the_market_averages_alone_is_not_said_to_be_misspelt(tmp_path, db, capsys):
     """QA 62: محايل, a city of the market averages without a benchmark of its own, was
     named as 'city 'محايل' (1, did you mean محايل?)': a spelling to check that was right."""
-    source = tmp_path / "averages_only.csv"
-    source.write_text(
+    note = _places_note(
+        tmp_path / "averages_only.csv",
         "city,district,type,price,area\nمحايل,,villa,1200000,400\nمحايلل,,villa,1200000,400\n",
-        encoding="utf-8",
+        db,
+        capsys,
     )
-    capsys.readouterr()
-    assert score(db, str(source), "--dry-run", "--json") == 0
-    note = json.loads(capsys.readouterr().out)["read_as"]["Places without their own benchmark"]
     assert note.startswith("2 row(s): city 'محايل' (1); city 'محايلل' (1, did you mean محايل?). ")
 
 
 def test_a_latin_name_with_an_accent_is_suggested_in_latin(tmp_path, db, capsys):
     """QA 62: a misspelt name in Latin letters with an accent (Riyâdth, Jéddahh) was not
     ASCII, and was given the Arabic name as its suggestion (الرياض, جده)."""
-    source = tmp_path / "accents.csv"
-    source.write_text(
+    note = _places_note(
+        tmp_path / "accents.csv",
         "city,district,type,price,area\nRiyâdth,,villa,3200000,400\nJéddahh,,villa,1200000,400\n",
-        encoding="utf-8",
+        db,
+        capsys,
     )
-    capsys.readouterr()
-    assert score(db, str(source), "--dry-run", "--json") == 0
-    note = json.loads(capsys.readouterr().out)["read_as"]["Places without their own benchmark"]
     assert "city 'Riyâdth' (1, did you mean Riyadh?)" in note
     assert "city 'Jéddahh' (1, did you mean Jeddah?)" in note
 
@@ -1591,18 +1593,16 @@ def test_a_district_the_aliases_know_is_not_said_to_be_another_one(tmp_path, db,
     """QA 62: King Abdulaziz, a district of Riyadh the aliases name but the table has no
     benchmark for, was named 'did you mean King Abdullah?', another district of the city,
     whose benchmark the rows would be scored against if the analyst followed it."""
-    source = tmp_path / "known_districts.csv"
-    source.write_text(
+    note = _places_note(
+        tmp_path / "known_districts.csv",
         "city,district,type,price,area\n"
         "Riyadh,King Abdulaziz,villa,3200000,400\n"
         "Riyadh,King Abdulaziz,villa,3200000,400\n"
         "الرياض,الملك عبدالعزيز,villa,3200000,400\n"
         "Riyadh,King Abdulazizz,villa,3200000,400\n",
-        encoding="utf-8",
+        db,
+        capsys,
     )
-    capsys.readouterr()
-    assert score(db, str(source), "--dry-run", "--json") == 0
-    note = json.loads(capsys.readouterr().out)["read_as"]["Places without their own benchmark"]
     assert note.startswith(
         "4 row(s): district 'King Abdulaziz' in Riyadh (2); district 'King Abdulazizz' in Riyadh "
         "(1, did you mean King Abdulaziz?); district 'الملك عبدالعزيز' in الرياض (1). "
