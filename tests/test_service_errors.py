@@ -504,6 +504,29 @@ def test_the_workspace_endpoint_names_the_keys_workspace_and_balance(service: Se
     assert_error(service.client.post(url, json={}), 405, "method_not_allowed")
 
 
+def test_head_answers_as_get_does_without_the_body_and_charges_nothing(
+    service: Service,
+) -> None:
+    """QA 71: HEAD /v1/workspace was 405; RFC 9110 9.3.2: HEAD is GET without the body."""
+    authorized = {"Authorization": f"Bearer {service.key}"}
+    for headers in (authorized, {}):  # 200, and 401 as for GET
+        got = service.client.get(f"{service.url}/v1/workspace", headers=headers)
+        head = service.client.head(f"{service.url}/v1/workspace", headers=headers)
+        assert (head.status_code, head.content) == (got.status_code, b"")
+        for name in ("content-type", "content-length", "www-authenticate"):
+            assert head.headers.get(name) == got.headers.get(name), name
+    for path in ("/openapi.json", "/docs"):
+        head = service.client.head(f"{service.url}{path}")
+        assert (head.status_code, head.content) == (200, b"")
+    refused = service.client.head(f"{service.url}/v1/decisions", headers=authorized)
+    assert (refused.status_code, refused.content, refused.headers["allow"]) == (405, b"", "POST")
+    allowed = service.client.post(f"{service.url}/v1/workspace", headers=authorized, json={})
+    assert_error(allowed, 405, "method_not_allowed")
+    assert set(allowed.headers["allow"].split(", ")) == {"GET", "HEAD"}
+    assert service.balance() == 100
+    assert [entry["kind"] for entry in service.ledger.entries("acme")] == ["opening"]
+
+
 def test_the_access_log_names_a_refused_key_by_its_prefix_and_marks_replays(
     service: Service, caplog: pytest.LogCaptureFixture
 ) -> None:

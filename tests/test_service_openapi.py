@@ -68,6 +68,16 @@ def test_document_names_every_status_and_body(live: Service) -> None:
     assert "/_bench/bare" not in document["paths"]
 
 
+def test_the_document_describes_get_and_not_the_head_it_implies(live: Service) -> None:
+    """HEAD is answered wherever GET is (QA 71), as GET without its body: no operation of its
+    own for clients to generate, or for schemathesis to expect a body from."""
+    document = httpx.get(f"{live.url}/openapi.json").json()
+    assert {path: set(item) for path, item in document["paths"].items()} == {
+        "/v1/decisions": {"post"},
+        "/v1/workspace": {"get"},
+    }
+
+
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_fuzz_no_5xx_and_responses_match_the_schema(live: Service, mode: GenerationMode) -> None:
     # schemathesis' pytest plugin (`@schema.parametrize`) does not run under pytest 9, so its

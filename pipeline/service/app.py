@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError as FastApiValidationError
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
@@ -76,6 +77,18 @@ def _connection(request: Request) -> tuple[str, int] | None:
     return (client[0], client[1]) if client else None
 
 
+class GetAndHeadRoute(APIRoute):
+    """A route that answers HEAD wherever it answers GET (RFC 9110 9.3.2), as Starlette's own
+    routes (/openapi.json, /docs) do and FastAPI's do not: the same handler, so the same
+    status and headers, and uvicorn sends no body to a HEAD. `Allow` of a 405 names HEAD too.
+    The OpenAPI document leaves HEAD out (`openapi.documented`)."""
+
+    def __init__(self, path: str, endpoint: Any, **options: Any) -> None:
+        super().__init__(path, endpoint, **options)
+        if "GET" in self.methods:
+            self.methods.add("HEAD")
+
+
 def create_app(
     desk: Decider,
     accounts: AccountStore,
@@ -102,6 +115,7 @@ def create_app(
         redirect_slashes=False,  # /v1/decisions/ is an unknown path (404), not a redirect
         lifespan=lifespan,
     )
+    app.router.route_class = GetAndHeadRoute
 
     @app.post(
         "/v1/decisions",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from starlette.routing import BaseRoute
 
 from pipeline.engine.models import (
     DecisionRequest,
@@ -111,6 +114,17 @@ DECISION_OPERATION: dict[str, Any] = {
 }
 
 
+def documented(route: BaseRoute) -> BaseRoute:
+    """The route as the document describes it: without HEAD, which is its GET without the body
+    (RFC 9110 9.3.2), not an operation of its own (FastAPI would give it the GET's operationId
+    too)."""
+    if not isinstance(route, APIRoute) or "HEAD" not in route.methods:
+        return route
+    described = copy.copy(route)
+    described.methods = route.methods - {"HEAD"}
+    return described
+
+
 def install_openapi(app: FastAPI) -> None:
     """Add the request model and the bearer scheme to FastAPI's generated document."""
 
@@ -120,7 +134,7 @@ def install_openapi(app: FastAPI) -> None:
                 title=app.title,
                 version=app.version,
                 description=app.description,
-                routes=app.routes,
+                routes=[documented(route) for route in app.routes],
             )
             components = document.setdefault("components", {})
             schemas = components.setdefault("schemas", {})
