@@ -106,6 +106,7 @@ def _serve(db: str, port: int) -> None:
     """The server process: the real app with the bare endpoint, no access log."""
     import uvicorn
 
+    from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.service.limits import DEFAULT_LIMITS
     from pipeline.service.server import build_app, connection_options, tune_process
     from pipeline.settings import load_settings
@@ -113,7 +114,8 @@ def _serve(db: str, port: int) -> None:
     tune_process()  # as `decisions serve` does
 
     settings = load_settings()
-    app = build_app(Path(db), settings.resolve(settings.benchmarks.table), bare_endpoint=True)
+    table = BenchmarkTable.load(settings.resolve(settings.benchmarks.table))
+    app = build_app(Path(db), table, bare_endpoint=True)
     uvicorn.run(
         app,
         host="127.0.0.1",

@@ -60,12 +60,15 @@ def _key_row(info: KeyInfo) -> dict[str, Any]:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.ledger.sqlite import SqliteLedger
     from pipeline.service.retention import AnswerRetention
     from pipeline.service.server import build_app, log_config, serve
 
     check_can_listen(args.host, args.port)
     allow_descriptors_for(args.max_connections)
+    # before the ledger is opened, which makes its file: tables that cannot be read stop here
+    benchmarks = BenchmarkTable.load(settings.resolve(settings.benchmarks.table))
     db = _db(args, settings)
     if args.demo:
         balance = _ensure_demo(db)
@@ -84,7 +87,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         request_timeout_s=args.request_timeout,
         max_connections=args.max_connections,
     )
-    app = build_app(db, settings.resolve(settings.benchmarks.table), rate_limit=args.rate_limit)
+    app = build_app(db, benchmarks, rate_limit=args.rate_limit)
     logging.config.dictConfig(log_config())  # as uvicorn will: the first round's line is logged
     retention = AnswerRetention(SqliteLedger(db), args.keep_answers_days)
     retention.start()  # its first round at once, beside the first requests (see `start`)

@@ -358,6 +358,27 @@ def test_an_input_file_that_cannot_be_read_is_a_usage_error(tmp_path, db, capsys
     assert balance(db) == 5000
 
 
+@pytest.mark.parametrize("table", ["missing.csv", "a-folder"])
+def test_a_benchmark_table_that_cannot_be_read_stops_the_run_before_any_ledger_is_made(
+    tmp_path, monkeypatch, capsys, table
+):
+    """QA 71: exit 2, but a new ledger file was left at --db, and the settings' own ledger was
+    made with its local workspace's 100,000 decisions, a dry run's too."""
+    (tmp_path / "a-folder").mkdir()
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "settings.toml").write_text(
+        f'[ledger]\ndb = "own.db"\n[benchmarks]\ntable = "{table}"\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    there = sorted(tmp_path.rglob("*"))
+    run = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--quiet"]
+    for ledger in (["--db", str(tmp_path / "new.db")], [], ["--dry-run"]):
+        assert main([*run, *ledger]) == 2
+        assert "error: cannot read the benchmark table " in capsys.readouterr().err
+    assert sorted(tmp_path.rglob("*")) == there
+
+
 def test_an_ods_renamed_xlsx_is_refused_in_the_analysts_words(tmp_path, db, capsys):
     source = tmp_path / "portfolio.xlsx"  # LibreOffice's .ods, renamed
     with zipfile.ZipFile(source, "w") as archive:

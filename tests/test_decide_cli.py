@@ -279,3 +279,7 @@ def test_a_benchmark_table_that_is_not_there_is_named_not_a_traceback(
     missing = tmp_path / "sample_data" / "benchmarks.csv"
     assert said.startswith(f"decisions: error: cannot read the benchmark table {missing} (No such")
     assert "Traceback" not in said
+    for ledger in (["--db", str(tmp_path / "new.db")], []):  # a new one; the settings' own
+        stdin(VILLA)
+        assert main(["decide", "-", *ledger]) == 2
+    assert not (tmp_path / "new.db").exists() and not (tmp_path / ".cache").exists()  # QA 71

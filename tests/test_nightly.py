@@ -409,6 +409,28 @@ def test_a_nightly_run_refuses_a_ledger_that_is_not_there(tmp_path, monkeypatch,
     assert not list((tmp_path / "out").rglob("*.parquet"))
 
 
+def test_a_benchmark_table_that_cannot_be_read_stops_the_night_before_its_ledger_is_made(
+    tmp_path, monkeypatch, capsys
+):
+    """QA 71: exit 2, but the settings' own ledger was made, its local workspace opened with
+    100,000 decisions."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "settings.toml").write_text(
+        '[ledger]\ndb = "own.db"\n[benchmarks]\ntable = "missing.csv"\n', encoding="utf-8"
+    )
+    (configs / "nightly.toml").write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\nbudget = 1000\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    assert main(["nightly"]) == 2
+    assert "error: cannot read the benchmark table " in capsys.readouterr().err
+    assert not (tmp_path / "own.db").exists()
+    [manifest] = (tmp_path / "out").rglob("manifest.json")  # the night's record of the failure
+    assert json.loads(manifest.read_text(encoding="utf-8"))["exit_code"] == 2
+
+
 def test_two_runs_started_in_the_same_second_keep_both_records(tmp_path):
     """QA 57: the second record set aside under the same manifest-HHMMSS.json replaced the
     first, and the night's budget forgot what the first run had paid."""

@@ -144,6 +144,29 @@ def test_only_the_local_workspace_charged_is_made_in_a_named_ledger(
     assert [e["kind"] for e in SqliteLedger(db).entries("acme")] == ["opening"]
 
 
+@pytest.mark.parametrize("table", ["missing.csv", "a-folder"])
+def test_serve_stops_on_a_benchmark_table_it_cannot_read_before_any_ledger_is_made(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    table: str,
+) -> None:
+    """QA 71: exit 2, but `serve --demo --db NEW` left NEW made (with its demo workspace), and
+    `serve` the settings' own ledger."""
+    (tmp_path / "a-folder").mkdir()
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "settings.toml").write_text(
+        f'[ledger]\ndb = "own.db"\n[benchmarks]\ntable = "{table}"\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    there = sorted(tmp_path.rglob("*"))
+    for ledger in (["--demo", "--db", str(tmp_path / "new.db")], []):
+        assert main(["serve", "--port", "18871", *ledger]) == 2
+        assert "error: cannot read the benchmark table " in capsys.readouterr().err
+    assert sorted(tmp_path.rglob("*")) == there
+
+
 def test_a_reader_that_stops_early_ends_the_listing_quietly(tmp_path: Path) -> None:
     # Found by QA: `decisions workspace entries acme | head` ended in a BrokenPipeError traceback.
     import os

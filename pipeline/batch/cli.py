@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from pipeline.batch.journal import Journal
     from pipeline.batch.scorers.http import HttpScorer
     from pipeline.batch.scorers.local import LocalScorer
+    from pipeline.engine.engine import Engine
 
 
 def default_output(input_path: Path) -> Path:
@@ -157,11 +158,22 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
     return cmd_score(score_args, settings)
 
 
+def _engine(settings: Settings) -> Engine:
+    """The engine over the settings' benchmark tables, parsed when first needed (a rerun
+    answered from the journal never needs them) but read now for its version: tables that
+    cannot be read stop the run here, before its ledger is opened, which would make the file."""
+    from pipeline.engine.engine import Engine
+
+    engine = Engine(settings.resolve(settings.benchmarks.table))
+    engine.version  # noqa: B018 -- reads the tables' bytes
+    return engine
+
+
 def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[LocalScorer, str]:
     from pipeline.batch.scorers.local import LocalScorer
-    from pipeline.engine.engine import Engine
     from pipeline.ledger.sqlite import first_charge_note, open_ledger
 
+    engine = _engine(settings)
     workspace = args.workspace or settings.ledger.workspace
     # The job lock keeps a second run of this job out, so a charge of ours still marked in
     # flight belongs to a run that died: replay it at once instead of waiting.
@@ -177,7 +189,6 @@ def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[Loca
     ledger.workspace(workspace)  # an unknown workspace stops the run before any reading
     if (note := first_charge_note(ledger)) is not None:
         print(note, file=sys.stderr)  # --quiet too: cron mails it
-    engine = Engine(settings.resolve(settings.benchmarks.table))  # loaded when first needed
     scorer = LocalScorer(engine, ledger, workspace=workspace, chunk_rows=settings.batch.chunk_rows)
     return scorer, workspace
 

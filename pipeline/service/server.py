@@ -24,6 +24,7 @@ from pipeline.service.connections import guarded_protocol
 from pipeline.service.limits import BACKLOG, DEFAULT_LIMITS, ConnectionLimits
 
 if TYPE_CHECKING:
+    from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.ledger.sqlite import SqliteLedger
 
 log = logging.getLogger("pipeline.service")
@@ -69,17 +70,17 @@ def bind_to_current_cpu() -> int | None:
     return cpu
 
 
-def build_app(db: Path, benchmarks: Path, **options: Any) -> FastAPI:
-    """The service over the SQLite ledger and accounts in `db` and the real engine."""
+def build_app(db: Path, benchmarks: BenchmarkTable, **options: Any) -> FastAPI:
+    """The service over the SQLite ledger and accounts in `db` and the real engine over
+    `benchmarks`."""
     from pipeline.decisions import DecisionDesk
-    from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine
     from pipeline.ledger.accounts import SqliteAccounts
     from pipeline.ledger.sqlite import SqliteLedger
     from pipeline.service.app import create_app
 
     ledger = SqliteLedger(db)
-    desk = DecisionDesk(Engine(BenchmarkTable.load(benchmarks)), ledger)
+    desk = DecisionDesk(Engine(benchmarks), ledger)
     return create_app(desk, SqliteAccounts(db), lifespan=folding_log_on_stop(ledger), **options)
 
 
