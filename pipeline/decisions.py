@@ -28,11 +28,14 @@ from pipeline.errors import (
 )
 from pipeline.ledger.base import Charge, ChargeRequest, Ledger, cost_of
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
-def request_fingerprint(request: DecisionRequest) -> str:
-    """sha256 of the request's canonical JSON: equal for equal requests however they were spelt."""
-    canonical = json.dumps(request.model_dump(), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+
+def request_fingerprint(request: DecisionRequest | dict[str, Any]) -> str:
+    """sha256 of the request's canonical JSON (of the request or its `model_dump()`): equal for
+    equal requests however they were spelt."""
+    dumped = request if isinstance(request, dict) else request.model_dump()
+    return hashlib.sha256(_CANONICAL.encode(dumped).encode()).hexdigest()
 
 
 class Decision(NamedTuple):
@@ -175,14 +178,15 @@ def _admit(
     """The parsed request, its checked row and what to charge for it; an invalid request is
     never charged."""
     request = parse_request(body)
-    row = checked_row(request)
+    dumped = request.model_dump()  # once, for the row and the fingerprint
+    row = checked_row(dumped)
     return (
         request,
         row,
         ChargeRequest(
             cost=cost_of(request.reasoning),
             idempotency_key=idempotency_key,
-            fingerprint=request_fingerprint(request),
+            fingerprint=request_fingerprint(dumped),
             key_prefix=key_prefix,
         ),
     )

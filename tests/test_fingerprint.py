@@ -1,10 +1,14 @@
-"""Request fingerprints are the journal's keys: their bytes must never drift."""
+"""Request fingerprints are the journal's and the idempotency records' keys: their bytes must
+never drift."""
 
 import hashlib
+import json
 
 import polars as pl
 
 from pipeline.batch.fingerprint import request_fingerprints
+from pipeline.decisions import request_fingerprint
+from pipeline.engine.request import parse_request
 from pipeline.engine.schema import REQUEST_SCHEMA
 
 
@@ -43,3 +47,22 @@ def test_a_batch_charge_is_fingerprinted_by_its_request_fingerprints_in_sending_
 
     rows = pl.DataFrame({"fingerprint": ["f3", "f1", "f2"]})
     assert _fingerprint(rows) == hashlib.sha256(b"f3\nf1\nf2").hexdigest()
+
+
+def test_a_service_request_keeps_the_fingerprint_its_idempotency_record_holds():
+    # The ledger stores it under the request's Idempotency-Key for 24 hours: a replay after an
+    # upgrade is compared with it, and a drift would refuse the same request as another body.
+    body = json.dumps(
+        {
+            "property": {"type": "villa", "price": 2500000, "area": 400.5, "bedrooms": 5},
+            "location": {"city": "الرياض", "district": "Al Malqa"},
+            "reasoning": True,
+            "note": "not a field of the request",
+        },
+        ensure_ascii=False,
+    ).encode()
+    request = parse_request(body)
+
+    expected = "847db754f9927c0e2b9cb5ac631732e0872034063c1c5716e5339edb508f42b5"
+    assert request_fingerprint(request) == expected
+    assert request_fingerprint(request.model_dump()) == expected

@@ -168,10 +168,11 @@ def _invalid_json(detail: str) -> InvalidJson:
 _FLOATS = frozenset(c for c, dtype in REQUEST_SCHEMA.items() if dtype == pl.Float64)
 
 
-def request_row(request: DecisionRequest) -> dict[str, Any]:
-    """The request as one row of the request frame: REQUEST_SCHEMA keys, numbers as floats."""
-    row = {**request.property.model_dump(), **request.location.model_dump()}
-    row["reasoning"] = request.reasoning
+def request_row(request: DecisionRequest | dict[str, Any]) -> dict[str, Any]:
+    """The request (or its `model_dump()`) as one row of the request frame: REQUEST_SCHEMA keys,
+    numbers as floats."""
+    dumped = request if isinstance(request, dict) else request.model_dump()
+    row = {**dumped["property"], **dumped["location"], "reasoning": dumped["reasoning"]}
     return {
         column: float(row[column]) if column in _FLOATS and row[column] is not None else row[column]
         for column in REQUEST_SCHEMA
@@ -183,8 +184,9 @@ def request_frame(request: DecisionRequest) -> pl.DataFrame:
     return pl.DataFrame([request_row(request)], schema=REQUEST_SCHEMA)
 
 
-def checked_row(request: DecisionRequest) -> dict[str, Any]:
-    """The request's row; RequestValidationError for the first rule it breaks."""
+def checked_row(request: DecisionRequest | dict[str, Any]) -> dict[str, Any]:
+    """The request's row (of the request or its `model_dump()`); RequestValidationError for the
+    first rule it breaks."""
     row = request_row(request)
     rule = first_violation(row)
     if rule is not None:

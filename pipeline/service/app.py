@@ -44,9 +44,11 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 _REPLAYED = {"Idempotent-Replayed": "true"}
 
 
-async def read_body(request: Request, limit: int) -> bytes | None:
-    """The body, or None when it is larger than `limit` bytes (the rest is not read)."""
-    length = request.headers.get("content-length", "")
+async def read_body(request: Request, limit: int, length: str | None = None) -> bytes | None:
+    """The body, or None when it is larger than `limit` bytes (the rest is not read).
+    `length`: the Content-Length header, if read already."""
+    if length is None:
+        length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         return None
     chunks: list[bytes] = []
@@ -59,16 +61,31 @@ async def read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _combined(request: Request, name: str) -> str | None:
+# The headers a decision request is read by (one pass over the request's headers).
+_DECISION_HEADERS = frozenset(
+    (b"authorization", b"content-type", b"content-encoding", b"content-length", b"idempotency-key")
+)
+
+
+def _decision_headers(request: Request) -> dict[bytes, list[str]]:
+    """The values of each of `_DECISION_HEADERS` the request has (names as ASGI gives them,
+    lower case)."""
+    found: dict[bytes, list[str]] = {}
+    for name, value in request.scope["headers"]:
+        if name in _DECISION_HEADERS:
+            found.setdefault(name, []).append(value.decode("latin-1"))
+    return found
+
+
+def _combined_values(values: list[str]) -> str | None:
     """A header's value; repeated ones combine as one comma-separated value (RFC 9110), so that
     a request cannot have the server pick whichever of two comes first."""
-    values = request.headers.getlist(name)
     return values[0] if len(values) == 1 else ", ".join(values) or None
 
 
 def _authorization(request: Request) -> str | None:
     """The Authorization header (two combined match no key)."""
-    return _combined(request, "authorization")
+    return _combined_values(request.headers.getlist("authorization"))
 
 
 def _connection(request: Request) -> tuple[str, int] | None:
@@ -125,13 +142,15 @@ def create_app(
         response_class=Response,
     )
     async def create_decision(request: Request) -> Response:
+        headers = _decision_headers(request)
+        idempotency_keys = headers.get(b"idempotency-key", [])
         incoming = Incoming(
-            authorization=_authorization(request),
-            content_type=_combined(request, "content-type"),
-            body=await read_body(request, max_body_bytes),
-            content_encoding=_combined(request, "content-encoding"),
-            idempotency_key=request.headers.get("idempotency-key"),
-            idempotency_key_repeated=len(request.headers.getlist("idempotency-key")) > 1,
+            authorization=_combined_values(headers.get(b"authorization", [])),
+            content_type=_combined_values(headers.get(b"content-type", [])),
+            body=await read_body(request, max_body_bytes, headers.get(b"content-length", [""])[0]),
+            content_encoding=_combined_values(headers.get(b"content-encoding", [])),
+            idempotency_key=idempotency_keys[0] if idempotency_keys else None,
+            idempotency_key_repeated=len(idempotency_keys) > 1,
             alone=activity.alone(_connection(request)),
         )
         state: dict[str, Any] = request.scope.setdefault("state", {})
