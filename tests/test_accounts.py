@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from pipeline.ledger.accounts import (
     check_key_format,
     generate_key,
 )
+from pipeline.ledger.key_changes import REMEMBERED_S
 from pipeline.ledger.sqlite import SqliteLedger
 
 
@@ -83,6 +86,47 @@ def test_authenticate_and_revoke(store: SqliteAccounts) -> None:
         store.authenticate(new.key)
     with pytest.raises(AccountError, match="no API key"):
         store.revoke_key("sk-zzzzzzzz")
+
+
+def test_a_remembered_key_revoked_by_another_process_is_refused_at_its_next_request(
+    store: SqliteAccounts, tmp_path: Path
+) -> None:
+    store.create_account("b", "acme", "broker")
+    key = store.create_key("b").key
+    assert store.authenticate(key).account == "b"  # its caller is remembered now
+
+    revoke = [sys.executable, "-m", "pipeline", "key", "revoke", key[:11]]
+    subprocess.run([*revoke, "--db", str(tmp_path / "ledger.db")], check=True, capture_output=True)
+
+    with pytest.raises(InvalidApiKey, match="revoked"):
+        store.authenticate(key)
+
+
+@pytest.mark.parametrize("how", ["sql by hand", "signal not written"])
+def test_a_key_revoked_unseen_is_refused_once_its_caller_is_remembered_a_second(
+    tmp_path: Path, how: str
+) -> None:
+    path = tmp_path / "ledger.db"
+    SqliteLedger(path).create_workspace("acme", 10)
+    now = [100.0]
+    store = SqliteAccounts(path, clock=lambda: now[0])
+    store.create_account("b", "acme", "broker")
+    new = store.create_key("b")
+    if how == "signal not written":
+        (tmp_path / "ledger.db-keys").unlink()
+        (tmp_path / "ledger.db-keys").mkdir()  # what holds its name cannot be appended to
+    store.authenticate(new.key)
+    if how == "sql by hand":
+        with closing(sqlite3.connect(path)) as db, db:
+            db.execute("UPDATE api_keys SET revoked_at = 1")
+    else:
+        SqliteAccounts(path).revoke_key(new.info.display)
+
+    now[0] += REMEMBERED_S - 0.01
+    assert store.authenticate(new.key).account == "b"
+    now[0] += 0.01
+    with pytest.raises(InvalidApiKey, match="revoked"):
+        store.authenticate(new.key)
 
 
 def test_keys_share_the_workspace_and_list_shows_no_secret(store: SqliteAccounts) -> None:

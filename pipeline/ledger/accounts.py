@@ -19,7 +19,7 @@ import re
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import Literal, Protocol, get_args
 from pipeline.errors import LedgerBusy, PipelineError, UnknownWorkspace, UsageError
 from pipeline.ledger.base import check_name
 from pipeline.ledger.connection import ThreadConnections, cannot_write, unwritable
+from pipeline.ledger.key_changes import REMEMBERED_S, KeyChanges, Stamp
 from pipeline.ledger.key_text import DISPLAY_CHARS as _DISPLAY_CHARS
 
 AccountType = Literal["broker", "agency", "buyer", "seller"]
@@ -162,16 +163,28 @@ def hash_key(key: str) -> str:
 # -- the SQLite store ------------------------------------------------------------------------
 
 _WELL_FORMED_REMEMBERED = 10_000
+_CALLERS_REMEMBERED = 10_000
+
+
+@dataclass(frozen=True)
+class _Remembered:
+    caller: Caller
+    stamp: Stamp  # of the key changes, taken before the look-up
+    until: float  # on the store's clock
 
 
 class SqliteAccounts:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path)
         self._connections = ThreadConnections(self.path)
         self._connection().executescript(_SCHEMA)
         # Hashes of keys whose format and checksum held: a service sees the same few keys on
         # every request, and the checksum costs half of authentication (~10 us).
         self._well_formed: set[str] = set()
+        # The callers of keys looked up lately, by key hash (see pipeline.ledger.key_changes).
+        self._callers: dict[str, _Remembered] = {}
+        self._key_changes = KeyChanges(self.path)
+        self._clock = clock
 
     def _connection(self) -> sqlite3.Connection:
         return self._connections.get()
@@ -278,6 +291,7 @@ class SqliteAccounts:
         now = time.time()
         with self._writing("the key was not revoked, it still works") as db:
             db.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ?", (now, key.id))
+        self._key_changes.signal()
         return KeyInfo(key.id, key.account, key.prefix, key.last_chars, key.created_at, now)
 
     def list_keys(self, account: str | None = None) -> list[KeyInfo]:
@@ -300,8 +314,21 @@ class SqliteAccounts:
         return [KeyInfo(*row) for row in rows]
 
     def authenticate(self, key: str) -> Caller:
-        """The caller a key belongs to, or InvalidApiKey (format, checksum, unknown, revoked)."""
+        """The caller a key belongs to, or InvalidApiKey (format, checksum, unknown, revoked).
+        A key's caller is remembered until a key is revoked, for at most REMEMBERED_S."""
         wanted = hash_key(key)
+        stamp = self._key_changes.stamp()
+        now = self._clock()
+        remembered = self._callers.get(wanted)
+        if remembered is not None and remembered.stamp == stamp and now < remembered.until:
+            return remembered.caller
+        caller = self._look_up(key, wanted)
+        if len(self._callers) >= _CALLERS_REMEMBERED:
+            self._callers.clear()
+        self._callers[wanted] = _Remembered(caller, stamp, now + REMEMBERED_S)
+        return caller
+
+    def _look_up(self, key: str, wanted: str) -> Caller:
         if wanted not in self._well_formed:
             if not check_key_format(key):
                 raise InvalidApiKey("the API key is malformed; check that it was copied whole")
