@@ -272,6 +272,50 @@ def test_a_remote_night_run_twice_is_one_job(tmp_path, monkeypatch):
     assert manifest["workspace"] == "acme"  # the workspace that paid
 
 
+def test_a_remote_nights_answers_lost_after_their_charge_count_against_its_budget(
+    tmp_path, monkeypatch
+):
+    """QA 70: requests charged whose answers were all lost are in doubt, in none of the run's
+    Decisions spent; the night's rerun replayed them free and had their share of the budget
+    again (100 a night, 111 to 114 spent)."""
+    import zlib
+
+    from pipeline.batch.scorers.retry import set_testing
+    from pipeline.engine.engine import Engine
+    from tests.remote_helpers import running_proxy
+    from tests.test_service_fixtures import running_service
+
+    configs = _project(tmp_path)
+    (configs / "nightly.toml").write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["csv"]\nbudget = 100\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    losing = True  # the first run: some answers lost after their charge, on every attempt
+
+    def answer_lost(key: str, attempt: int) -> str:
+        lost = losing and key and zlib.crc32(key.encode()) % 8 == 0  # (no key: GET /v1/workspace)
+        return "500" if lost else "pass"
+
+    set_testing(True)  # no waits between retries
+    with running_service(tmp_path / "service", Engine.default(), balance=1000) as service:
+        with running_proxy(service.url, answer_lost) as proxy:
+            monkeypatch.setenv("DECISIONS_API_URL", proxy.url)
+            monkeypatch.setenv("DECISIONS_API_KEY", service.key)
+            try:
+                assert main(["nightly"]) == 1
+                first_spent = 1000 - service.balance()
+                losing = False
+                assert main(["nightly"]) == 3
+            finally:
+                set_testing(False)
+        night_spent = 1000 - service.balance()
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
+    (first,) = [json.loads(p.read_text(encoding="utf-8")) for p in night.glob("manifest-*.json")]
+    assert 0 < first["decisions_spent"] < first_spent  # some charged, their answers lost
+    assert night_spent == 100  # counted spent: the rerun had what they left of the budget
+
+
 def test_a_night_that_fails_after_paying_says_what_it_paid(tmp_path, monkeypatch):
     configs = _project(tmp_path)
     (configs / "nightly.toml").write_text(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline.batch.job_files import job_input
+from pipeline.batch.labels import PERHAPS_CHARGED
 from pipeline.errors import UsageError
 
 if TYPE_CHECKING:
@@ -139,11 +140,18 @@ def night_so_far(config: NightlyConfig, root: Path, day: date, workspace: str | 
                 continue
             spent += int(earlier.get("decisions_spent") or 0)
             spent += int(earlier.get(STOPPED_RUNS_SPENT) or 0)
+            spent += _perhaps_charged(earlier)
             if recorded := earlier.get(SPEND_RECORDED_UNTIL):
                 until = max(until, datetime.fromisoformat(recorded).timestamp())
         except (OSError, ValueError, TypeError, AttributeError):
             continue  # not a run's record: nothing it says was paid
     return NightSoFar(spent, until, began)
+
+
+def _perhaps_charged(earlier: dict[str, Any]) -> int:
+    """What a night's record `earlier` says its run perhaps paid for answers it lost: in none
+    of its spend, and free to the rerun that replays them, so counted spent here (QA 70)."""
+    return int((earlier.get("notes") or {}).get(PERHAPS_CHARGED) or 0)
 
 
 @dataclass(frozen=True)
