@@ -35,6 +35,13 @@ class Budget:
             self.in_doubt += in_doubt
 
     @property
+    def perhaps_charged(self) -> int:
+        """Decisions perhaps charged with no answer to say so: those in doubt, and those held
+        by requests in flight (a stopped run's stay unanswered)."""
+        with self._lock:
+            return self.in_doubt + self._reserved
+
+    @property
     def remaining(self) -> int | None:
         with self._lock:
             return None if self.limit is None else self.limit - self._taken()

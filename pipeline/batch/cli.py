@@ -22,6 +22,7 @@ from pipeline.batch.columns import load_column_config
 from pipeline.batch.job_files import job_input
 from pipeline.batch.labels import (
     EXPLANATIONS_NOT_AFFORDED,
+    PERHAPS_CHARGED,
     REASONING_SKIPPED,
     STILL_NEEDED,
     WARNING,
@@ -248,7 +249,7 @@ def _database_failed(exc: sqlite3.Error | LedgerUnavailable) -> PipelineError:
             f"is kept: {fix}; {replayed}"
         )
     error = PipelineError(message)
-    for paid in ("decisions_spent", "balance_before"):  # for the record of the failure
+    for paid in ("decisions_spent", "decisions_perhaps_charged", "balance_before"):  # its record
         if hasattr(exc, paid):
             setattr(error, paid, getattr(exc, paid))
     return error
@@ -264,6 +265,8 @@ def _interrupted(stop: KeyboardInterrupt) -> Interrupted:
         + command_line(sys.argv)
     )
     error.decisions_spent = getattr(stop, "decisions_spent", 0)  # type: ignore[attr-defined]
+    perhaps = getattr(stop, "decisions_perhaps_charged", 0)
+    error.decisions_perhaps_charged = perhaps  # type: ignore[attr-defined]
     error.balance_before = getattr(stop, "balance_before", None)  # type: ignore[attr-defined]
     error.outcome = getattr(stop, "outcome", None)  # type: ignore[attr-defined]
     error.scorer_version = getattr(stop, "scorer_version", None)  # type: ignore[attr-defined]
@@ -316,7 +319,9 @@ def _record_failure(
     from pipeline.batch.nightly import keep_aside, records_a_run
 
     if records_a_run(args.manifest):
-        paid = getattr(error, "outcome", None) is not None or getattr(error, "decisions_spent", 0)
+        paid = getattr(error, "outcome", None) is not None or any(
+            getattr(error, spent, 0) for spent in ("decisions_spent", "decisions_perhaps_charged")
+        )
         if not paid:
             return
         try:
@@ -732,8 +737,15 @@ def failure_manifest(
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 3),
         "exit_code": error.exit_code,
         "error": _said(error),
-        "notes": {},
+        "notes": _perhaps_charged(error),
     }
+
+
+def _perhaps_charged(error: PipelineError) -> dict[str, int]:
+    """The note of a run stopped while requests had no answer: what they perhaps cost, which
+    a night's later runs count as spent (`night_so_far`)."""
+    perhaps = getattr(error, "decisions_perhaps_charged", 0)
+    return {PERHAPS_CHARGED: perhaps} if perhaps else {}
 
 
 def _said(error: PipelineError) -> str:

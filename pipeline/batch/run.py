@@ -323,12 +323,13 @@ def _same_file(output: Path, source: Path) -> bool:
 @contextmanager
 def _stop_records_spend(budget: Budget, balance_before: int | None) -> Iterator[None]:
     """A stop (Ctrl-C, SIGTERM) or a failure (a full disk under the journal, a database)
-    once charging has begun carries what the run had paid, for the record of the stop:
-    scoring, assembling or writing, the decisions are spent."""
+    once charging has begun carries what the run had paid, and perhaps paid, for the record
+    of the stop: scoring, assembling or writing, the decisions are spent."""
     try:
         yield
     except (KeyboardInterrupt, PipelineError, sqlite3.Error) as stop:
         stop.decisions_spent = budget.spent  # type: ignore[union-attr]
+        stop.decisions_perhaps_charged = budget.perhaps_charged  # type: ignore[union-attr]
         stop.balance_before = balance_before  # type: ignore[union-attr]
         raise
 

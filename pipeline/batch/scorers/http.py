@@ -406,6 +406,10 @@ class HttpScorer:
     def close(self) -> None:
         if self._runner is None:
             return
+        # The workers a stop (SIGTERM) left waiting: cancelled before the loop runs again to
+        # close the transport, or they would send more requests, paid and in no record (QA 70)
+        for task in asyncio.all_tasks(self._runner.get_loop()):
+            task.cancel()
         if self._transport is not None:
             self._runner.run(self._transport.aclose())
         self._runner.close()
