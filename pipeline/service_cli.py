@@ -130,7 +130,9 @@ def cmd_key_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_key_revoke(args: argparse.Namespace, settings: Settings) -> int:
-    info = SqliteAccounts(_db(args, settings)).revoke_key(args.prefix)
+    info = SqliteAccounts(_db(args, settings)).revoke_key(
+        args.prefix, warn=lambda note: print(f"decisions: note: {note}", file=sys.stderr)
+    )
     print(json.dumps(_key_row(info)))
     return 0
 

@@ -12,10 +12,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -480,3 +480,115 @@ def test_a_server_listens_while_its_first_round_waits_on_a_locked_ledger(
             assert not ledger.charged("w", "old")
     finally:
         locker.close()
+
+
+# -- what a running server remembers of keys, and `key revoke` (QA 72) ------------------------
+
+
+def _decisions(*args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+    """The real `decisions` command, in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60, **options,
+    )  # fmt: skip
+
+
+def _workspace_status(served: Served, key: str) -> int:
+    """The status of GET /v1/workspace with `key` (authenticated like a decision, free)."""
+    headers = {"Authorization": f"Bearer {key}"}
+    return httpx.get(f"http://127.0.0.1:{served.port}/v1/workspace", headers=headers).status_code
+
+
+@pytest.mark.parametrize("how", ["deleted", "restored in place"])
+def test_a_key_revoked_after_the_keys_file_changed_unseen_is_refused_at_once(
+    tmp_path: Path, how: str
+) -> None:
+    """The server compared the file's inode and size only: deleted and made again by the
+    revocation (ext4 gives it the same inode), or copied back in place from a backup (same
+    inode) and grown again by one revocation to the size it had when the key was looked
+    up, the file looked unchanged, and the revoked key was served for up to a second."""
+    db = tmp_path / "l.db"
+    changes = tmp_path / "l.db-keys"
+    with _served(tmp_path) as served:
+        key, other = _broker_key(db), SqliteAccounts(db).create_key("b").key
+        backup = changes.read_bytes()
+        if how == "deleted":
+            changes.unlink()
+        SqliteAccounts(db).revoke_key(other)  # the file now holds one byte more than backup
+        size = changes.stat().st_size
+        assert _workspace_status(served, key) == 200  # remembered with the file as it is
+        time.sleep(0.05)
+        if how == "deleted":
+            changes.unlink()
+        else:
+            changes.write_bytes(backup)  # in place: its inode kept
+        SqliteAccounts(db).revoke_key(key)  # another process, as `key revoke` is
+        assert changes.stat().st_size == size
+        assert _workspace_status(served, key) == 401
+
+
+@pytest.mark.parametrize("how", ["a directory", "a link"])
+def test_key_revoke_that_cannot_tell_running_servers_says_so_and_waits_until_they_refuse(
+    tmp_path: Path, how: str
+) -> None:
+    """`key revoke` said nothing when its byte could not be appended to <ledger>-keys (not
+    writable by the one revoking, not a file), and returned while servers still accepted
+    the key for up to a second. Through a link, it appended its byte to the file linked."""
+    db = tmp_path / "l.db"
+    changes = tmp_path / "l.db-keys"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"not ours\n")
+    with _served(tmp_path) as served:
+        key = _broker_key(db)
+        changes.unlink()
+        if how == "a directory":
+            changes.mkdir()
+        else:
+            changes.symlink_to(elsewhere)
+        assert _workspace_status(served, key) == 200  # remembered
+        revoke = _decisions("key", "revoke", key[:11], "--db", str(db))
+        assert _workspace_status(served, key) == 401  # at once after the command returned
+    assert elsewhere.read_bytes() == b"not ours\n"
+    assert revoke.returncode == 0, revoke.stderr
+    assert json.loads(revoke.stdout)["revoked"] is True
+    assert "running servers could not be told through" in revoke.stderr
+    assert "waited 1 s" in revoke.stderr
+
+
+def test_key_revoke_of_a_key_revoked_by_hand_tells_running_servers(tmp_path: Path) -> None:
+    """A key revoked by SQL is refused within a second; `key revoke` run on it then (to be
+    sure) returned at once, saying it was revoked, without telling the servers."""
+    db = tmp_path / "l.db"
+    with _served(tmp_path) as served:
+        key = _broker_key(db)
+        assert _workspace_status(served, key) == 200  # remembered
+        with closing(sqlite3.connect(db)) as by_hand, by_hand:
+            by_hand.execute("UPDATE api_keys SET revoked_at = 1")
+        revoke = _decisions("key", "revoke", key[:11], "--db", str(db))
+        assert revoke.returncode == 0, revoke.stderr
+        assert _workspace_status(served, key) == 401
+
+
+def test_the_keys_file_is_made_as_sqlite_makes_the_ledgers_own_files(tmp_path: Path) -> None:
+    """<ledger>-keys took the umask of whichever command opened the ledger's accounts first
+    (a group that may revoke keys in a ledger shared with it could not append to it); a link
+    in its place had `key list` make the file linked, a FIFO held every command there."""
+    db = tmp_path / "l.db"
+    changes = tmp_path / "l.db-keys"
+    assert main(["workspace", "create", "w", "--balance", "5", "--db", str(db)]) == 0
+    db.chmod(0o660)
+    owner = (12345, 12346) if os.geteuid() == 0 else (db.stat().st_uid, db.stat().st_gid)
+    if os.geteuid() == 0:  # made by root (`sudo decisions key list`): the ledger's owner's
+        os.chown(db, *owner)
+    assert _decisions("key", "list", "--db", str(db), umask=0o022).returncode == 0
+    made = changes.stat()
+    assert (made.st_mode & 0o777, made.st_uid, made.st_gid) == (0o660, *owner)
+
+    changes.unlink()
+    changes.symlink_to(tmp_path / "linked")
+    assert _decisions("key", "list", "--db", str(db)).returncode == 0
+    assert not (tmp_path / "linked").exists()
+
+    changes.unlink()
+    os.mkfifo(changes)
+    assert _decisions("key", "list", "--db", str(db)).returncode == 0  # (timeout: 60 s)
