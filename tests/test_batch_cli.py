@@ -19,6 +19,7 @@ from polars.testing import assert_frame_equal
 from pipeline.batch.job_files import results_folder
 from pipeline.cli import main
 from pipeline.io.read import read_table
+from tests.benchmark_tables import MALFORMED, malformed_settings, said_clearly
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data"
@@ -376,6 +377,24 @@ def test_a_benchmark_table_that_cannot_be_read_stops_the_run_before_any_ledger_i
     for ledger in (["--db", str(tmp_path / "new.db")], [], ["--dry-run"]):
         assert main([*run, *ledger]) == 2
         assert "error: cannot read the benchmark table " in capsys.readouterr().err
+    assert sorted(tmp_path.rglob("*")) == there
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_a_benchmark_table_that_is_not_one_is_named_before_any_file_is_made(
+    tmp_path, monkeypatch, capsys, case
+):
+    """QA 73: a table read but not a benchmark table (a column missing or renamed, a value
+    that is no number, an empty file, notes or a Parquet file renamed) ended the run in a
+    polars traceback, exit 1, leaving a new ledger at --db and the job's journal; a market
+    averages table without its averages scored every row without them, silently."""
+    settings, table, said = malformed_settings(tmp_path, case)
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    there = sorted(tmp_path.rglob("*"))
+    run = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--quiet"]
+    for ledger in (["--db", str(tmp_path / "new.db")], [], ["--dry-run"]):
+        assert main([*run, *ledger]) == 2
+        assert said_clearly(capsys.readouterr().err, table, said)
     assert sorted(tmp_path.rglob("*")) == there
 
 

@@ -578,6 +578,24 @@ def test_market_file_without_district_key_still_loads(
     assert row["market_avg_sqm"] == market_row(table, "city", "villa", "الرياض")["avg_sqm"]
 
 
+def test_tables_with_columns_of_their_own_or_in_another_order_load_the_same(
+    tmp_path: Path, table: BenchmarkTable
+) -> None:
+    """QA 73: tables are checked where they are read; one as built takes the typed read, and
+    one with a column added or its columns reordered the read as text, to the same frames."""
+    from polars.testing import assert_frame_equal
+
+    bench = pl.read_csv(DEFAULT_DIR / "benchmarks.csv", infer_schema=False)
+    bench.select(reversed(bench.columns)).with_columns(source=pl.lit("MOJ")).write_csv(
+        tmp_path / "benchmarks.csv"
+    )
+    for name in ("market_averages.csv", "type_factors.csv"):
+        (tmp_path / name).write_bytes((DEFAULT_DIR / name).read_bytes())
+    loaded = BenchmarkTable.read(tmp_path / "benchmarks.csv")
+    for frame_of in (lambda t: t.benchmarks, lambda t: t.market_averages, lambda t: t.type_factors):
+        assert_frame_equal(frame_of(loaded), frame_of(table))
+
+
 # -- the two resolution paths and the single-row cost --------------------------------------------
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from pipeline.cli import main
+from tests.benchmark_tables import MALFORMED, malformed_settings, said_clearly
 
 VILLA = {
     "property": {"type": "villa", "price": 3_200_000, "area": 400, "bedrooms": 5, "age": 6},
@@ -283,3 +284,19 @@ def test_a_benchmark_table_that_is_not_there_is_named_not_a_traceback(
         stdin(VILLA)
         assert main(["decide", "-", *ledger]) == 2
     assert not (tmp_path / "new.db").exists() and not (tmp_path / ".cache").exists()  # QA 71
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_a_benchmark_table_that_is_not_one_is_named_not_a_traceback(
+    tmp_path, monkeypatch, capsys, stdin, case
+):
+    """QA 73: a polars SchemaError (or NoDataError, ComputeError) traceback, exit 1; a market
+    averages table without its averages charged decisions scored without them (77 for 89)."""
+    settings, table, said = malformed_settings(tmp_path, case)
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    there = sorted(tmp_path.rglob("*"))
+    for ledger in (["--db", str(tmp_path / "new.db")], []):  # a new one; the settings' own
+        stdin(VILLA)
+        assert main(["decide", "-", *ledger]) == 2
+        assert said_clearly(capsys.readouterr().err, table, said)
+    assert sorted(tmp_path.rglob("*")) == there

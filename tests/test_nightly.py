@@ -12,6 +12,7 @@ from pipeline.batch import nightly
 from pipeline.cli import main
 from pipeline.errors import OutputError
 from pipeline.ledger.sqlite import SqliteLedger
+from tests.benchmark_tables import malformed_settings, said_clearly
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
 NIGHT = date(2026, 11, 24)
@@ -485,6 +486,26 @@ def test_a_benchmark_table_that_cannot_be_read_stops_the_night_before_its_ledger
     assert not (tmp_path / "own.db").exists()
     [manifest] = (tmp_path / "out").rglob("manifest.json")  # the night's record of the failure
     assert json.loads(manifest.read_text(encoding="utf-8"))["exit_code"] == 2
+
+
+@pytest.mark.parametrize("case", ["column-renamed", "not-a-number", "market-column-missing"])
+def test_a_benchmark_table_that_is_not_one_stops_the_night_before_its_ledger_is_made(
+    tmp_path, monkeypatch, capsys, case
+):
+    """QA 73: a polars traceback, exit 1, the settings' own ledger made and the job's journal
+    started; the night's record said nothing of the table."""
+    settings, table, said = malformed_settings(tmp_path, case)
+    (settings.parent / "nightly.toml").write_text(
+        f'input = "{SAMPLE / "portfolio.csv"}"\nformats = ["parquet"]\nbudget = 1000\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+    assert main(["nightly"]) == 2
+    assert said_clearly(capsys.readouterr().err, table, said)
+    assert not (tmp_path / "own.db").exists() and not (tmp_path / ".cache").exists()
+    [manifest] = (tmp_path / "out").rglob("manifest.json")  # the night's record of the failure
+    record = json.loads(manifest.read_text(encoding="utf-8"))
+    assert record["exit_code"] == 2 and said in record["error"]
 
 
 def test_two_runs_started_in_the_same_second_keep_both_records(tmp_path):

@@ -25,6 +25,7 @@ from pipeline.ledger.accounts import SqliteAccounts, check_key_format, generate_
 from pipeline.ledger.base import ChargeRequest
 from pipeline.ledger.sqlite import SqliteLedger
 from pipeline.service.limits import descriptors_needed
+from tests.benchmark_tables import MALFORMED, malformed_settings, said_clearly
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,6 +165,28 @@ def test_serve_stops_on_a_benchmark_table_it_cannot_read_before_any_ledger_is_ma
     for ledger in (["--demo", "--db", str(tmp_path / "new.db")], []):
         assert main(["serve", "--port", "18871", *ledger]) == 2
         assert "error: cannot read the benchmark table " in capsys.readouterr().err
+    assert sorted(tmp_path.rglob("*")) == there
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_serve_names_a_benchmark_table_that_is_not_one_before_any_ledger_is_made(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+) -> None:
+    """QA 73: a polars traceback, exit 1, for a table read that was no benchmark table."""
+    settings, table, said = malformed_settings(tmp_path, case)
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings))
+
+    def served(*args: object, **kwargs: object) -> None:
+        raise AssertionError("served over a table that is no benchmark table")
+
+    monkeypatch.setattr("pipeline.service.server.serve", served)  # not for ever, if it did
+    there = sorted(tmp_path.rglob("*"))
+    for ledger in (["--demo", "--db", str(tmp_path / "new.db")], []):
+        assert main(["serve", "--port", "19073", *ledger]) == 2
+        assert said_clearly(capsys.readouterr().err, table, said)
     assert sorted(tmp_path.rglob("*")) == there
 
 

@@ -160,14 +160,14 @@ def cmd_nightly(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _engine(settings: Settings) -> Engine:
-    """The engine over the settings' benchmark tables, parsed when first needed (a rerun
-    answered from the journal never needs them) but read now for its version: tables that
-    cannot be read stop the run here, before its ledger is opened, which would make the file."""
+    """The engine over the settings' benchmark tables, read and checked now (their lookups
+    are built when first needed: a rerun answered from the journal never needs them): tables
+    that cannot be read, or are not benchmark tables, stop the run here, before its ledger is
+    opened, which would make the file."""
+    from pipeline.engine.benchmarks import BenchmarkTable
     from pipeline.engine.engine import Engine
 
-    engine = Engine(settings.resolve(settings.benchmarks.table))
-    engine.version  # noqa: B018 -- reads the tables' bytes
-    return engine
+    return Engine(BenchmarkTable.read(settings.resolve(settings.benchmarks.table)))
 
 
 def _embedded_scorer(args: argparse.Namespace, settings: Settings) -> tuple[LocalScorer, str]:

@@ -337,36 +337,40 @@ class BenchmarkTable:
     )
 
     @classmethod
+    def read(
+        cls,
+        benchmarks_path: Path,
+        market_averages_path: Path | None = None,
+        type_factors_path: Path | None = None,
+    ) -> BenchmarkTable:
+        """Read and check `benchmarks_path`, the market averages and the type factors
+        (default: the `market_averages.csv` and `type_factors.csv` beside it): a few ms. Their
+        lookups are built when first used (a rerun answered from its journal needs none). A
+        file that cannot be read, or is not such a table, is a UsageError naming it."""
+        paths = _table_paths(benchmarks_path, market_averages_path, type_factors_path)
+        parts = _table_bytes(paths)
+        benchmarks, market, factors = (
+            _checked(part, path, schema, benchmarks_path=paths[0])
+            for part, path, schema in zip(parts, paths, _SCHEMAS, strict=True)
+        )
+        return cls(
+            benchmarks=benchmarks,
+            market_averages=market,
+            version=_digest(parts),
+            type_factors=factors,
+        )
+
+    @classmethod
     def load(
         cls,
         benchmarks_path: Path,
         market_averages_path: Path | None = None,
         type_factors_path: Path | None = None,
     ) -> BenchmarkTable:
-        """Read `benchmarks_path`, the market averages and the type factors (default: the
-        `market_averages.csv` and `type_factors.csv` beside it)."""
-        parts = _table_bytes(benchmarks_path, market_averages_path, type_factors_path)
-        digest = _digest(parts)
-        market = pl.read_csv(
-            parts[1], schema_overrides=MARKET_SCHEMA, infer_schema=False
-        )  # an older file may lack district_key
-        market = market.select(
-            (pl.col(c) if c in market.columns else pl.lit(None)).cast(dtype).alias(c)
-            for c, dtype in MARKET_SCHEMA.items()
-        )
-        table = cls(
-            benchmarks=pl.read_csv(parts[0], schema=BENCHMARK_SCHEMA),
-            market_averages=market,
-            version=digest,
-            type_factors=pl.read_csv(parts[2], schema=TYPE_FACTOR_SCHEMA),
-        )
-        table.lookups  # noqa: B018 -- built here, so the first request does not pay for it
+        """`read`, with the lookups built now, so that the first request does not pay for them."""
+        table = cls.read(benchmarks_path, market_averages_path, type_factors_path)
+        table.lookups  # noqa: B018
         return table
-
-    @staticmethod
-    def version_of(benchmarks_path: Path) -> str:
-        """The `version` the tables beside `benchmarks_path` would have, without parsing them."""
-        return _digest(_table_bytes(benchmarks_path, None, None))
 
     @cached_property
     def lookups(self) -> _Lookups:
@@ -398,25 +402,133 @@ class BenchmarkTable:
         return attach_benchmarks(frame, self).drop(_INPUTS).row(0, named=True)
 
 
-def _table_bytes(
+def _table_paths(
     benchmarks_path: Path, market_averages_path: Path | None, type_factors_path: Path | None
-) -> list[bytes]:
+) -> tuple[Path, Path, Path]:
     benchmarks_path = Path(benchmarks_path)
     market_path = Path(market_averages_path or benchmarks_path.with_name("market_averages.csv"))
     factors_path = Path(type_factors_path or benchmarks_path.with_name("type_factors.csv"))
+    return benchmarks_path, market_path, factors_path
+
+
+def _table_bytes(paths: tuple[Path, Path, Path]) -> list[bytes]:
     parts = []
-    for path in (benchmarks_path, market_path, factors_path):
+    for path in paths:
         try:
             parts.append(path.read_bytes())
         except OSError as exc:  # a settings file copied elsewhere takes `table` from there (QA 66)
             raise UsageError(
-                f"cannot read the benchmark table {path} ({exc.strerror}): `table` under "
-                "[benchmarks] in the settings (configs/settings.toml, or the file "
-                "DECISIONS_SETTINGS names) places the tables, a relative path from the folder "
-                "above the settings file's; build them with `decisions benchmarks build --out "
-                f"{benchmarks_path}`"
+                f"cannot read the benchmark table {path} ({exc.strerror}): {_where_set(paths[0])}"
             ) from exc
     return parts
+
+
+def _where_set(benchmarks_path: Path) -> str:
+    """The setting that places the tables, and how to make them: the end of their errors."""
+    return (
+        "`table` under [benchmarks] in the settings (configs/settings.toml, or the file "
+        "DECISIONS_SETTINGS names) places the tables (market_averages.csv and type_factors.csv "
+        "beside it), a relative path from the folder above the settings file's; build them "
+        f"with `decisions benchmarks build --out {benchmarks_path}`"
+    )
+
+
+class _NotATable(Exception):
+    """A file read that is not the table asked for; the message says why, after its name."""
+
+
+_SCHEMAS = (BENCHMARK_SCHEMA, MARKET_SCHEMA, TYPE_FACTOR_SCHEMA)
+_TAKES = {pl.Float64(): "numbers", pl.Int64(): "whole numbers"}
+_COLUMNS_NAMED = 12
+
+
+def _checked(
+    data: bytes, path: Path, schema: dict[str, pl.DataType], *, benchmarks_path: Path
+) -> pl.DataFrame:
+    """The table read from `data` (the file `path`) with `schema`'s columns and types, or a
+    UsageError naming the file, what makes it no such table and the setting to fix."""
+    try:
+        return _parsed(data, schema)
+    except _NotATable as exc:
+        where = _where_set(benchmarks_path)
+        raise UsageError(f"the benchmark table {path} {exc}: {where}") from None
+
+
+def _parsed(data: bytes, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """CSV `data` as `schema`'s columns, in its order and types. A table as `benchmarks build`
+    writes it takes one typed read, the cheapest; another (extra columns, an older market
+    averages table) is read as text, which also finds what makes a file no such table."""
+    try:
+        table = pl.read_csv(data, schema=schema)
+    except pl.exceptions.PolarsError:
+        table = _read_as_text(data, schema)
+    if table.is_empty():
+        raise _NotATable("holds no rows")
+    return table
+
+
+def _read_as_text(data: bytes, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """`_parsed` for a file the typed read refused: its columns found by name (others are
+    ignored), then cast, or _NotATable saying what is wrong."""
+    if not data.strip():
+        raise _NotATable("is empty")
+    if data.startswith(b"PAR1"):
+        raise _NotATable(
+            "is a Parquet file, not CSV (the tables are CSV, as `decisions benchmarks build` "
+            "writes them)"
+        )
+    try:
+        text = pl.read_csv(data, infer_schema=False)
+    except pl.exceptions.PolarsError as exc:  # not UTF-8, a row longer than the header...
+        raise _NotATable(_unreadable(data, schema, exc)) from None
+    if missing := _missing(schema, text):
+        raise _NotATable(_lacking(missing, text.columns))
+    text = text.select((pl.col(c) if c in text.columns else pl.lit(None)).alias(c) for c in schema)
+    try:
+        return text.cast(schema)
+    except pl.exceptions.InvalidOperationError:
+        raise _NotATable(_first_mistyped(text, schema)) from None
+
+
+def _missing(schema: dict[str, pl.DataType], text: pl.DataFrame) -> list[str]:
+    """The columns of `schema` that `text` lacks. One without district rows may lack
+    district_key (null then): market averages built before the district ones have none."""
+    missing = [c for c in schema if c not in text.columns]
+    no_districts = "level" in text.columns and not text["level"].eq("district").any()
+    if "district_key" in missing and no_districts:
+        missing.remove("district_key")
+    return missing
+
+
+def _unreadable(data: bytes, schema: dict[str, pl.DataType], error: Exception) -> str:
+    """Why CSV `data` could not be read: the columns its header lacks, when it lacks some (a
+    text file renamed: which table was meant is clearer than where its lines went wrong)."""
+    try:
+        header = pl.read_csv(data, n_rows=0, infer_schema=False)
+    except pl.exceptions.PolarsError:
+        header = None
+    if header is not None and (missing := _missing(schema, header)):
+        return _lacking(missing, header.columns)
+    return f"cannot be read as CSV ({str(error).splitlines()[0]})"
+
+
+def _lacking(missing: list[str], columns: list[str]) -> str:
+    named = ", ".join(columns[:_COLUMNS_NAMED]) + (", ..." if len(columns) > _COLUMNS_NAMED else "")
+    plural = "s" if len(missing) > 1 else ""
+    return f"lacks the column{plural} {', '.join(missing)} (its columns: {named})"
+
+
+def _first_mistyped(text: pl.DataFrame, schema: dict[str, pl.DataType]) -> str:
+    """The first value of `text` its column's type cannot take, and its line in the file (a
+    CSV file's header is its first line)."""
+    for name, dtype in schema.items():
+        values = text[name]
+        wrong = values.is_not_null() & values.cast(dtype, strict=False).is_null()
+        if wrong.any():
+            row = wrong.arg_true()[0]
+            where = f"in the column {name} (line {row + 2})"
+            return f"holds {values[row]!r} {where}, which takes {_TAKES[dtype]}"
+    return "holds values its columns cannot take"
 
 
 def _digest(parts: list[bytes]) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -32,10 +31,10 @@ FORMULA_VERSION = "3"
 
 
 class Engine:
-    def __init__(self, benchmarks: BenchmarkTable | Path, reasoner: Reasoner | None = None) -> None:
-        """`benchmarks`: the tables, or the path of benchmarks.csv to load them from when first
-        needed (a rerun answered from the journal never needs them)."""
-        self._benchmarks = benchmarks
+    def __init__(self, benchmarks: BenchmarkTable, reasoner: Reasoner | None = None) -> None:
+        """`benchmarks`: the tables (`BenchmarkTable.read`, whose lookups a rerun answered
+        from the journal never builds, or `load`)."""
+        self.benchmarks = benchmarks
         self.reasoner: Reasoner = reasoner or TemplateReasoner(lambda: self.benchmarks.city_trends)
         # `evaluate` is pure computation in microseconds (formulas, dict look-ups, templates):
         # the service may run it on its event loop. A reasoner that calls out (a language
@@ -47,19 +46,9 @@ class Engine:
         return cls(BenchmarkTable.default())
 
     @cached_property
-    def benchmarks(self) -> BenchmarkTable:
-        if isinstance(self._benchmarks, BenchmarkTable):
-            return self._benchmarks
-        return BenchmarkTable.load(self._benchmarks)
-
-    @cached_property
     def version(self) -> str:
         """Formula and benchmark version; part of every result's fingerprint."""
-        if isinstance(self._benchmarks, BenchmarkTable):
-            tables = self._benchmarks.version
-        else:
-            tables = BenchmarkTable.version_of(self._benchmarks)
-        return f"formula-{FORMULA_VERSION}+benchmarks-{tables}"
+        return f"formula-{FORMULA_VERSION}+benchmarks-{self.benchmarks.version}"
 
     def score(self, requests: pl.DataFrame) -> pl.DataFrame:
         """Valid request rows in, the same rows out with benchmark and score columns added."""
