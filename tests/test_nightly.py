@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
@@ -703,6 +705,96 @@ def test_a_run_stopped_once_done_before_its_manifest_records_what_it_paid(tmp_pa
     _new_prices(source, 200)
     assert main(["nightly", "--db", db]) == 3
     assert 100_000 - SqliteLedger(db).workspace("local").balance == 400
+
+
+def _with(field: str, value: str) -> Callable[[Path], None]:
+    def damaged(record: Path) -> None:
+        content = json.loads(record.read_text(encoding="utf-8"))
+        record.write_text(json.dumps({**content, field: value}), encoding="utf-8")
+
+    return damaged
+
+
+def _cut_short(record: Path) -> None:
+    record.write_bytes(record.read_bytes()[:100])  # a copy, or a disk, that stopped half way
+
+
+# A night's record damaged by hand or by a tool, and why the log says it cannot be read.
+_DAMAGED_RECORDS: dict[str, tuple[Callable[[Path], None], str]] = {
+    "notes-not-a-table": (
+        _with("notes", "Budget: 200"),
+        "notes: 'Budget: 200' is no table of notes",
+    ),
+    "until-not-a-time": (
+        _with("spend_recorded_until", "after the 02:30 run"),
+        "spend_recorded_until: 'after the 02:30 run' is no time",
+    ),
+    "spent-in-words": (
+        _with("decisions_spent", "two hundred"),
+        "decisions_spent: 'two hundred' is no number of decisions",
+    ),
+    "cut-short": (_cut_short, "not JSON: "),
+}
+
+
+def _raise_budget(configs: Path, budget: int) -> None:
+    nightly_toml = configs / "nightly.toml"
+    text = nightly_toml.read_text(encoding="utf-8")
+    nightly_toml.write_text(re.sub(r"budget = \d+", f"budget = {budget}", text), encoding="utf-8")
+
+
+@pytest.mark.parametrize("damage", _DAMAGED_RECORDS)
+def test_a_night_record_that_cannot_be_read_is_counted_from_the_journal(
+    tmp_path, monkeypatch, capsys, damage
+):
+    """QA 73: the rerun after a damaged record kept to the budget, the job's journal counting
+    the requests sent since the run began; but a record whose `notes` or
+    `spend_recorded_until` could not be read had its other fields counted too, its run's
+    spend twice (raised to 300 a night after 200 spent, the rerun spent nothing), one cut
+    short was overwritten, and the log said nothing of them. Each counted once, and named."""
+    _, db = _night_of_a_copy(tmp_path, monkeypatch, budget=200)
+    ledger = SqliteLedger(db)
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
+    assert main(["nightly", "--db", db]) == 3
+    assert 100_000 - ledger.workspace("local").balance == 200
+    damaged, why = _DAMAGED_RECORDS[damage]
+    damaged(night / "manifest.json")
+    _raise_budget(tmp_path / "configs", 300)  # a top-up, say: 100 more tonight
+    capsys.readouterr()
+    assert main(["nightly", "--db", db]) == 3
+    assert 100_000 - ledger.workspace("local").balance == 300
+    said = capsys.readouterr().out
+    [aside] = night.glob("manifest-*.json")  # a record cut short is kept too, and named
+    assert f"the night's record {aside.name} cannot be read ({why}" in said
+    assert "200 decisions" in said
+
+
+@pytest.mark.parametrize("damage", _DAMAGED_RECORDS)
+def test_a_night_record_that_cannot_be_read_before_a_later_one_still_counts(
+    tmp_path, monkeypatch, capsys, damage
+):
+    """QA 73: the journal accounts for the requests sent since the night's last record read;
+    a record that could not be read (`decisions_spent` in words, cut short) before a later one
+    was lost from the night's spend, and the third run had its share again (300 a night, 360
+    spent; 200 a night, 360 too)."""
+    _, db = _night_of_a_copy(tmp_path, monkeypatch, budget=200)
+    ledger = SqliteLedger(db)
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
+    assert main(["nightly", "--db", db]) == 3  # 200 spent
+    assert main(["nightly", "--db", db]) == 3  # nothing left tonight: its record says 0
+    [first] = [
+        record
+        for record in night.glob("manifest-*.json")
+        if json.loads(record.read_text(encoding="utf-8"))["decisions_spent"] == 200
+    ]
+    _DAMAGED_RECORDS[damage][0](first)
+    _raise_budget(tmp_path / "configs", 300)
+    capsys.readouterr()
+    assert main(["nightly", "--db", db]) == 3
+    assert 100_000 - ledger.workspace("local").balance == 300
+    assert f"the night's record {first.name} cannot be read (" in capsys.readouterr().out
+    assert main(["nightly", "--db", db]) == 3  # the records read now hold it: nothing more
+    assert 100_000 - ledger.workspace("local").balance == 300
 
 
 def test_a_run_by_hand_before_the_night_leaves_it_the_changes_since_the_last_night(

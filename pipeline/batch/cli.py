@@ -639,14 +639,16 @@ def _count_stopped_runs(
     killed after 200 of a night's 300, its rerun spent 300 more). `args.stopped_runs_spent`:
     for the run's manifest, which then holds it (a third run counts it from there)."""
     stopped = args.stopped_runs_spent = args.night.stopped_runs_spent(journal)
-    if not stopped:
-        return options
-    print(
-        f"decisions nightly: a run of this job stopped tonight before it recorded its spend; "
-        f"the requests it sent asked for {stopped:,} decisions, counted as spent tonight",
-        flush=True,
-    )
-    if options.budget is None:
+    if (unread := args.night.unread_records_said(stopped)) is not None:
+        print(f"decisions nightly: {unread}", flush=True)
+    elif stopped:
+        print(
+            f"decisions nightly: a run of this job stopped tonight before it recorded its "
+            f"spend; the requests it sent asked for {stopped:,} decisions, counted as spent "
+            "tonight",
+            flush=True,
+        )
+    if not stopped or options.budget is None:
         return options
     args.budget_named = args.night.budget_named(stopped)
     return replace(options, budget=max(options.budget - stopped, 0), budget_named=args.budget_named)

@@ -7,6 +7,7 @@ the manifest beside the outputs says what happened in a form a monitor can read.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -122,36 +123,84 @@ class NightSoFar:
     aside by `make_room`; another job's records in a shared folder are not counted), and the
     time up to which they account for every request the job sent: what its journal shows sent
     after it, by a run still unfinished, is in no record (a run killed with kill -9 writes
-    none)."""
+    none). `unread`: the night's records that could not be read (the file's name, and why),
+    counted in neither figure."""
 
     spent: int
     recorded_until: float  # a Unix time: the night's start, or a record's
     began: float  # the night's start (local midnight), a Unix time
+    unread: tuple[tuple[str, str], ...] = ()
+
+
+class _Unreadable(Exception):
+    """A night's record that is not one a run writes; the message says why."""
 
 
 def night_so_far(config: NightlyConfig, root: Path, day: date, workspace: str | None) -> NightSoFar:
     source = _resolved(config.input, root)
     began = datetime.combine(day, datetime.min.time()).timestamp()
-    spent, until = 0, began
-    for path in _night_folder(config, root, day).glob("manifest-*.json"):
+    spent, until, unread = 0, began, []
+    for path in sorted(_night_folder(config, root, day).glob("manifest-*.json")):
         try:
-            earlier = json.loads(path.read_text(encoding="utf-8"))
-            if not _same_job(earlier, source, workspace):
+            earlier = _record(path)
+            if not _of_the_job(earlier, source, workspace):
                 continue
-            spent += int(earlier.get("decisions_spent") or 0)
-            spent += int(earlier.get(STOPPED_RUNS_SPENT) or 0)
-            spent += _perhaps_charged(earlier)
-            if recorded := earlier.get(SPEND_RECORDED_UNTIL):
-                until = max(until, datetime.fromisoformat(recorded).timestamp())
-        except (OSError, ValueError, TypeError, AttributeError):
-            continue  # not a run's record: nothing it says was paid
-    return NightSoFar(spent, until, began)
+            run_spent, run_recorded_until = _recorded_spend(earlier)
+        except _Unreadable as exc:  # counted from the journal (`NightRun.stopped_runs_spent`)
+            unread.append((path.name, str(exc)))
+            continue
+        spent += run_spent
+        until = max(until, run_recorded_until or until)
+    return NightSoFar(spent, until, began, tuple(unread))
 
 
-def _perhaps_charged(earlier: dict[str, Any]) -> int:
-    """What a night's record `earlier` says its run perhaps paid for answers it lost: in none
-    of its spend, and free to the rerun that replays them, so counted spent here (QA 70)."""
-    return int((earlier.get("notes") or {}).get(PERHAPS_CHARGED) or 0)
+def _record(path: Path) -> dict[str, Any]:
+    """The night's record in `path`, a JSON object as a run writes it, or _Unreadable."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise _Unreadable(exc.strerror) from None
+    except ValueError as exc:
+        raise _Unreadable(f"not JSON: {exc}") from None
+    if not isinstance(record, dict):
+        raise _Unreadable("not a run's record")
+    return record
+
+
+def _of_the_job(earlier: dict[str, Any], source: Path, workspace: str | None) -> bool:
+    try:
+        return _same_job(earlier, source, workspace)
+    except (OSError, ValueError):  # an `input` that names no file (a NUL in it)
+        raise _Unreadable(f"input: {earlier.get('input')!r} is no file's path") from None
+
+
+def _recorded_spend(earlier: dict[str, Any]) -> tuple[int, float | None]:
+    """What a night's record `earlier` says its run spent, with what runs stopped before it
+    had and what it perhaps paid for answers it lost (in none of its spend, and free to the
+    rerun that replays them: QA 70), and the time up to which it accounts for every request
+    sent (None: a record of a version that did not say). Read whole or not at all: a field
+    that is not what a run writes raises _Unreadable."""
+    notes = earlier.get("notes") or {}
+    if not isinstance(notes, dict):
+        raise _Unreadable(f"notes: {notes!r} is no table of notes")
+    spent = (
+        _decisions(earlier, "decisions_spent")
+        + _decisions(earlier, STOPPED_RUNS_SPENT)
+        + _decisions(notes, PERHAPS_CHARGED)
+    )
+    recorded = earlier.get(SPEND_RECORDED_UNTIL)
+    try:
+        return spent, None if recorded is None else datetime.fromisoformat(recorded).timestamp()
+    except (TypeError, ValueError):
+        raise _Unreadable(f"{SPEND_RECORDED_UNTIL}: {recorded!r} is no time") from None
+
+
+def _decisions(fields: dict[str, Any], name: str) -> int:
+    """The number of decisions `fields` hold under `name` (0 when none)."""
+    value = fields.get(name) or 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Unreadable(f"{name}: {value!r} is no number of decisions")
+    return value
 
 
 @dataclass(frozen=True)
@@ -180,14 +229,34 @@ class NightRun:
         Marks this run begun in the journal, before it sends anything: a night's run whose
         mark is newer than the night's last record wrote none, even if it closed its run in
         the journal first (killed before its manifest) or a changed input began another
-        (QA 67). The earliest such run's mark is kept until a record covers it."""
+        (QA 67). The earliest such run's mark is kept until a record covers it.
+
+        With a record that could not be read, at least what the job sent tonight beyond what
+        the records read hold: a later record's time hides its run's requests from the mark
+        (QA 73)."""
         recorded = self.so_far.recorded_until
         marked = journal.night_run_since()
         began = [marked] if marked is not None and marked > recorded else []
         journal.mark_night_run(began[0] if began else time.time())
         if journal.open_run() is not None:
             began.append(journal.open_run_since() or 0.0)
-        return journal.sent_since(max(recorded, min(began))) if began else 0
+        stopped = journal.sent_since(max(recorded, min(began))) if began else 0
+        if not self.so_far.unread:
+            return stopped
+        return max(stopped, journal.sent_since(self.so_far.began) - self.so_far.spent)
+
+    def unread_records_said(self, counted: int) -> str | None:
+        """What the log says of the night's records that could not be read, and of how their
+        runs' spend is counted (`counted`: `stopped_runs_spent`); None when all were read."""
+        if not self.so_far.unread:
+            return None
+        unread = "; ".join(
+            f"the night's record {name} cannot be read ({why})" for name, why in self.so_far.unread
+        )
+        return (
+            f"{unread}; what the job sent tonight is counted from its journal instead: "
+            f"{counted:,} decisions spent tonight beyond the records read"
+        )
 
 
 def night_record(stopped_runs_spent: int) -> dict[str, Any]:
@@ -255,14 +324,19 @@ def make_room(config: NightlyConfig, root: Path, day: date, workspace: str | Non
     if not manifest.exists():
         return
     try:
-        earlier = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        earlier = _record(manifest)
+        # a run that failed before it paid or wrote anything (a typo since fixed) holds no night
+        failed_early = (
+            "error" in earlier and not earlier.get("outputs") and not earlier.get("decisions_spent")
+        )
+        another_job = not failed_early and not _of_the_job(earlier, source, workspace)
+    except _Unreadable:
+        # Whose it is cannot be told: kept aside all the same, not lost under this run's, for
+        # the night's count to name it and count what the job sent from its journal (QA 73).
+        with contextlib.suppress(OSError):  # (a file that cannot be read cannot be copied)
+            keep_aside(manifest, {})
         return
-    # a run that failed before it paid or wrote anything (a typo since fixed, say) holds no night
-    failed_early = (
-        "error" in earlier and not earlier.get("outputs") and not earlier.get("decisions_spent")
-    )
-    if not failed_early and not _same_job(earlier, source, workspace):
+    if another_job:
         raise UsageError(
             f"{manifest.parent}: holds tonight's run of {earlier.get('input')} for workspace "
             f"{earlier.get('workspace')!r}, another job; give each nightly job its own output_dir"
@@ -275,8 +349,8 @@ def keep_aside(manifest: Path, earlier: dict | None = None) -> None:
     manifest-HHMMSS.json, its start time (UTC), before a later run that night writes its own."""
     if earlier is None:
         try:
-            earlier = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            earlier = _record(manifest)
+        except _Unreadable:
             return
     started = str(earlier.get("started_at", ""))[11:19].replace(":", "") or "earlier"
     record = manifest.read_bytes()
