@@ -114,14 +114,19 @@ def malformed_settings(root: Path, case: str) -> tuple[Path, Path, str]:
         shutil.copy(SAMPLE / name, tables / name)
     name, breaking, said = MALFORMED[case]
     breaking(tables / name)
+    return settings_naming(root, "tables/benchmarks.csv"), tables / name, said
+
+
+def settings_naming(root: Path, table: str) -> Path:
+    """root/configs/settings.toml naming `table` (relative to root) as the benchmark table,
+    and the settings' own ledger own.db."""
     configs = root / "configs"
     configs.mkdir()
     settings = configs / "settings.toml"
     settings.write_text(
-        '[ledger]\ndb = "own.db"\n[benchmarks]\ntable = "tables/benchmarks.csv"\n',
-        encoding="utf-8",
+        f'[ledger]\ndb = "own.db"\n[benchmarks]\ntable = "{table}"\n', encoding="utf-8"
     )
-    return settings, tables / name, said
+    return settings
 
 
 def said_clearly(error: str, table: Path, said: str) -> bool:

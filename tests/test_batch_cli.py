@@ -19,7 +19,7 @@ from polars.testing import assert_frame_equal
 from pipeline.batch.job_files import results_folder
 from pipeline.cli import main
 from pipeline.io.read import read_table
-from tests.benchmark_tables import MALFORMED, malformed_settings, said_clearly
+from tests.benchmark_tables import MALFORMED, malformed_settings, said_clearly, settings_naming
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data"
@@ -366,12 +366,7 @@ def test_a_benchmark_table_that_cannot_be_read_stops_the_run_before_any_ledger_i
     """QA 71: exit 2, but a new ledger file was left at --db, and the settings' own ledger was
     made with its local workspace's 100,000 decisions, a dry run's too."""
     (tmp_path / "a-folder").mkdir()
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    (configs / "settings.toml").write_text(
-        f'[ledger]\ndb = "own.db"\n[benchmarks]\ntable = "{table}"\n', encoding="utf-8"
-    )
-    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings_naming(tmp_path, table)))
     there = sorted(tmp_path.rglob("*"))
     run = ["score", str(SAMPLE / "portfolio.csv"), "-o", str(tmp_path / "out.csv"), "--quiet"]
     for ledger in (["--db", str(tmp_path / "new.db")], [], ["--dry-run"]):

@@ -25,7 +25,7 @@ from pipeline.ledger.accounts import SqliteAccounts, check_key_format, generate_
 from pipeline.ledger.base import ChargeRequest
 from pipeline.ledger.sqlite import SqliteLedger
 from pipeline.service.limits import descriptors_needed
-from tests.benchmark_tables import MALFORMED, malformed_settings, said_clearly
+from tests.benchmark_tables import MALFORMED, malformed_settings, said_clearly, settings_naming
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,12 +155,7 @@ def test_serve_stops_on_a_benchmark_table_it_cannot_read_before_any_ledger_is_ma
     """QA 71: exit 2, but `serve --demo --db NEW` left NEW made (with its demo workspace), and
     `serve` the settings' own ledger."""
     (tmp_path / "a-folder").mkdir()
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    (configs / "settings.toml").write_text(
-        f'[ledger]\ndb = "own.db"\n[benchmarks]\ntable = "{table}"\n', encoding="utf-8"
-    )
-    monkeypatch.setenv("DECISIONS_SETTINGS", str(configs / "settings.toml"))
+    monkeypatch.setenv("DECISIONS_SETTINGS", str(settings_naming(tmp_path, table)))
     there = sorted(tmp_path.rglob("*"))
     for ledger in (["--demo", "--db", str(tmp_path / "new.db")], []):
         assert main(["serve", "--port", "18871", *ledger]) == 2
