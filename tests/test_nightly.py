@@ -797,6 +797,32 @@ def test_a_night_record_that_cannot_be_read_before_a_later_one_still_counts(
     assert 100_000 - ledger.workspace("local").balance == 300
 
 
+def test_a_run_by_hand_the_day_of_a_night_is_not_taken_for_an_unreadable_records(
+    tmp_path, monkeypatch, capsys
+):
+    """QA 74: with a night's record that could not be read, every request the job's journal
+    showed sent since midnight counted as the night's, those of the job's file scored by hand
+    (`decisions score`) before the night's first run too: 300 a night, 99 spent by the night's
+    runs, 360 by hand, and the third run had nothing left (459 "spent by earlier runs")."""
+    source, db = _night_of_a_copy(tmp_path, monkeypatch, budget=300)
+    ledger = SqliteLedger(db)
+    night = tmp_path / "out" / "nightly" / NIGHT.isoformat()
+    by_hand = ["score", str(source), "--db", db, "--quiet", "-o", str(tmp_path / "hand.csv")]
+    assert main(by_hand) == 0
+    assert 100_000 - ledger.workspace("local").balance == 360  # the day's export, by hand
+    _new_prices(source, 100)
+    assert main(["nightly", "--db", db]) == 0
+    assert 100_000 - ledger.workspace("local").balance == 459  # 99 requests of its own
+    assert main(["nightly", "--db", db]) == 0  # nothing new: its record says 0
+    _cut_short(night / "manifest.json")
+    _new_prices(source, 150)  # 49 more
+    capsys.readouterr()
+    assert main(["nightly", "--db", db]) == 0
+    said = capsys.readouterr().out
+    assert 100_000 - ledger.workspace("local").balance == 508
+    assert "0 decisions spent tonight beyond the records read" in said
+
+
 def test_a_run_by_hand_before_the_night_leaves_it_the_changes_since_the_last_night(
     tmp_path, monkeypatch
 ):

@@ -371,6 +371,14 @@ class Journal:
     def mark_night_run(self, since: float) -> None:
         self._set_meta("night_run_since", repr(since))
 
+    def night_first_run_since(self) -> float | None:
+        """When the first of the job's nightly runs of the night `mark_night_first_run` last
+        named began (None before any, or for a journal of a version before 2026-11-25)."""
+        return _number(self._meta("night_first_run_since"))
+
+    def mark_night_first_run(self, since: float) -> None:
+        self._set_meta("night_first_run_since", repr(since))
+
     def finish_run(self, freshness_days: float, *, keep: LastRun | None = None) -> None:
         """Close the run; once the batches have outgrown what they hold (`_outgrown`), fold
         them into one file first, keeping the answers this run recorded whatever their age.

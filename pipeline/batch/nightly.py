@@ -235,6 +235,7 @@ class NightRun:
         the records read hold: a later record's time hides its run's requests from the mark
         (QA 73)."""
         recorded = self.so_far.recorded_until
+        first = self._first_night_run(journal)
         marked = journal.night_run_since()
         began = [marked] if marked is not None and marked > recorded else []
         journal.mark_night_run(began[0] if began else time.time())
@@ -243,7 +244,23 @@ class NightRun:
         stopped = journal.sent_since(max(recorded, min(began))) if began else 0
         if not self.so_far.unread:
             return stopped
-        return max(stopped, journal.sent_since(self.so_far.began) - self.so_far.spent)
+        return max(stopped, journal.sent_since(first) - self.so_far.spent)
+
+    def _first_night_run(self, journal: Journal) -> float:
+        """When the night's first run of the job began, marked by it (before `mark_night_run`
+        moves the mark of its own): the requests the job's journal shows sent before it, by
+        `decisions score` run by hand on the job's file, are no night's spend (QA 74: 360 paid
+        by hand after midnight were taken for an unreadable record's, and a night of 300 with
+        99 spent had nothing left). A night begun by a version that did not mark it counts
+        from the night's start."""
+        night = self.so_far.began
+        first = journal.night_first_run_since()
+        if first is None or first < night:
+            earlier = journal.night_run_since()
+            began_unmarked = earlier is not None and earlier >= night
+            first = night if began_unmarked else time.time()
+            journal.mark_night_first_run(first)
+        return first
 
     def unread_records_said(self, counted: int) -> str | None:
         """What the log says of the night's records that could not be read, and of how their
