@@ -1863,3 +1863,17 @@ def test_an_optional_column_in_another_unit_is_said_to_be_left_out(tmp_path, db,
         said
     )
     assert "(months) is not its unit (years)" in said
+
+
+@pytest.mark.parametrize("content", ["null", "5", '"a run"'])
+def test_a_manifest_file_that_holds_no_record_is_replaced_by_the_failures(
+    tmp_path, db, capsys, content
+):
+    """QA 74: a --manifest file holding JSON that is no record (`null`, a number) ended a run
+    that failed in a TypeError traceback (exit 1) instead of its own error and record."""
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(content, encoding="utf-8")
+    missing = tmp_path / "missing.csv"
+    assert main(["score", str(missing), "--db", db, "--manifest", str(manifest)]) == 2
+    assert f"{missing}: no such file" in capsys.readouterr().err
+    assert json.loads(manifest.read_text(encoding="utf-8"))["exit_code"] == 2

@@ -393,6 +393,6 @@ def records_a_run(manifest: Path) -> bool:
     """True if `manifest` holds the summary of a run that got as far as scoring, which a
     later failure that night must not replace (a failure record may be)."""
     try:
-        return "error" not in json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return "error" not in _record(manifest)
+    except _Unreadable:  # (JSON that is no record, `null` say, too: QA 74)
         return False
