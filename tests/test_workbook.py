@@ -234,6 +234,33 @@ def test_rejects_sheet(book: Workbook) -> None:
     assert rows[1:] == [tuple(r) for r in make_rejects().rows()]
 
 
+def test_rejects_reasons_wrap_at_their_column_beside_their_row(tmp_path: Path) -> None:
+    """QA 75: a reason of a sentence overflowed to the right of the last column, and the
+    sheet, printed to fit one page wide, came out unreadably small (Excel cuts it instead)."""
+    path = tmp_path / "scored.xlsx"
+    reason = (
+        "row 151 (sheet row 152), column 'نوع العقار': 'castle': property.type must be one "
+        "of apartment, villa, land, commercial, office"
+    )
+    rejects = make_rejects().with_columns(
+        pl.Series("reason", [reason, "area is missing"]), pl.lit("نوع العقار").alias("column")
+    )
+    write_output(path, make_results(), rejects=rejects, summary=make_summary())
+    sheet = openpyxl.load_workbook(path)["Rejects"]
+    header = [c.value for c in sheet[1]]
+    cell = sheet.cell(2, header.index("reason") + 1)
+    assert cell.value.endswith("commercial, office")
+    assert cell.alignment.wrap_text and cell.alignment.vertical == "top"
+    assert sheet.column_dimensions[cell.column_letter].width <= 51
+    # as tall as its lines (LibreOffice leaves a row written without a height one line high)
+    assert sheet.row_dimensions[2].height >= 15 * 3
+    assert sheet.row_dimensions[3].height is None  # a short reason: one line, as it was
+    # the row's other cells beside the reason's first line, Arabic and numbers too
+    for name in ("row_number", "listing", "column", "field"):
+        assert sheet.cell(2, header.index(name) + 1).alignment.vertical == "top", name
+    assert sheet.cell(2, header.index("column") + 1).alignment.horizontal == "right"
+
+
 def test_summary_sheet_lines_counts_chart_and_changes(book: Workbook, workbook_path: Path) -> None:
     rows = [r[:3] for r in book["Summary"].values]
     lines = {r[0]: r[1] for r in rows if r[0]}

@@ -25,8 +25,10 @@ def write_rejects_sheet(sheet: Worksheet, formats: Formats, rejects: pl.DataFram
     left_out = max(0, frame.height - (EXCEL_MAX_DATA_ROWS - 1))
     if left_out:
         frame = frame.head(EXCEL_MAX_DATA_ROWS - 1)
-    write_results_sheet(sheet, formats, prepare_for_excel(frame))
-    sheet.fit_to_pages(1, 0)  # five columns: printed, a row and its reason on one page
+    # The reasons wrap at their column's width: overflowing to the right, they made the page,
+    # printed to fit one width, unreadably small (and Excel cuts them at the last column).
+    write_results_sheet(sheet, formats, prepare_for_excel(frame), wrapped=True)
+    sheet.fit_to_pages(1, 0)  # seven columns: printed, a row and its reason on one page
     if left_out:
         sheet.write_string(
             frame.height + 1,

@@ -54,8 +54,15 @@ def _arabic_headers(columns: list[str]) -> bool:
     return sum(map(reads_right_to_left, own)) * 2 > len(own)
 
 
-def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame) -> None:
-    """Write `frame` (already through `prepare_for_excel`) with a header row at row 0."""
+def write_results_sheet(
+    sheet: Worksheet, formats: Formats, frame: pl.DataFrame, *, wrapped: bool = False
+) -> None:
+    """Write `frame` (already through `prepare_for_excel`) with a header row at row 0.
+
+    `wrapped`: text wraps at its column's width and every cell sits at the top of its row (the
+    Rejects sheet, whose reasons are a sentence long). The columns carry the format, so a cell
+    written without one takes it at no cost per cell."""
+    look = formats.wrapped if wrapped else formats.text
     columns = frame.columns
     last_row = frame.height
     plain_text, checked_text = _split_text_columns(frame, formats.dates)
@@ -64,7 +71,9 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
         if dates is not None:
             widths[index] = max(widths[index], _DATE_WIDTH)
     for index, width in enumerate(widths):
-        sheet.set_column(index, index, width)
+        sheet.set_column(index, index, width, look.plain)
+    if wrapped:
+        _heights_for_wrapped_text(sheet, frame, widths)
     write_header(sheet, formats, columns)
     if _arabic_headers(columns):
         sheet.right_to_left()
@@ -84,7 +93,7 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
     ]
     write_string = sheet.write_string
     write_number = sheet.write_number
-    rtl, quoted, rtl_quoted = formats.text.rtl, formats.text.quoted, formats.text.rtl_quoted
+    rtl, quoted, rtl_quoted = look.rtl, look.quoted, look.rtl_quoted
     rtl_text = reads_right_to_left
     formula_first = FORMULA_FIRST
 
@@ -114,6 +123,27 @@ def write_results_sheet(sheet: Worksheet, formats: Formats, frame: pl.DataFrame)
             v = row[c]
             if v is not None:
                 write_number(r, c, v, fmt)
+
+
+# Points a line of Calibri 11 takes. A row written without a height stays one line high in
+# LibreOffice, whatever its wrapped text needs.
+_LINE_HEIGHT = 15
+
+
+def _heights_for_wrapped_text(sheet: Worksheet, frame: pl.DataFrame, widths: list[float]) -> None:
+    """Give each row whose text wraps the lines its longest text needs at its column's width
+    (set before the rows are written: the sheet streams, and a row written is gone)."""
+    text = [
+        (pl.col(name).str.len_chars().fill_null(0) / max(1.0, width - 1)).ceil()
+        for (name, dtype), width in zip(frame.schema.items(), widths, strict=True)
+        if dtype == pl.String
+    ]
+    if not text or frame.height == 0:
+        return
+    lines = frame.select(pl.max_horizontal(text).alias("lines"))["lines"]
+    for row, count in enumerate(lines, 1):
+        if count > 1:
+            sheet.set_row(row, _LINE_HEIGHT * count)
 
 
 def _split_text_columns(
