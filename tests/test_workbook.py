@@ -188,6 +188,8 @@ def test_frozen_header_and_autofilter(book: Workbook) -> None:
     assert results.auto_filter.ref == f"A1:{last}{len(STATUSES) + 1}"
     rejects = book["Rejects"]
     assert rejects.freeze_panes == "A2"
+    # printed with gridlines: without, "-50" ran into its reason ("-50 row 18 (sheet ...")
+    assert results.print_options.gridLines and rejects.print_options.gridLines
     assert rejects.auto_filter.ref == "A1:G3"
 
 
