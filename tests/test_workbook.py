@@ -185,6 +185,8 @@ def test_frozen_header_and_autofilter(book: Workbook) -> None:
     # printed: the header on every page, and the file's first column beside the results
     assert results.print_title_rows == "$1:$1"
     assert results.print_title_cols == "$A:$A"
+    # a listing's columns on consecutive printed pages, not a strip of every row at a time
+    assert results.page_setup.pageOrder == "overThenDown"
     assert results.auto_filter.ref == f"A1:{last}{len(STATUSES) + 1}"
     rejects = book["Rejects"]
     assert rejects.freeze_panes == "A2"

@@ -82,6 +82,9 @@ def write_results_sheet(
     if columns and columns[0] != "row_number":  # the file's first column (an id, a title)
         sheet.repeat_columns(0)  # on each printed page, beside the result columns
     sheet.set_landscape()
+    # Across, then down: a listing's columns are printed on consecutive pages (down first, its
+    # verdict came two dozen pages after its inputs in a file of a few hundred rows).
+    sheet.print_across()
     # Printed without gridlines, a number's cell ran into the text right of it: "-50 row 18
     # (sheet row 19)", "19 L-9001", "7 true".
     sheet.hide_gridlines(0)  # 0: shown on screen and printed
