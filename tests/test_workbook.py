@@ -289,6 +289,24 @@ def test_summary_sheet_lines_counts_chart_and_changes(book: Workbook, workbook_p
         assert "xl/charts/chart1.xml" in zf.namelist()
 
 
+def test_the_verdict_chart_stands_above_the_run_lines_beside_its_counts(
+    book: Workbook, workbook_path: Path
+) -> None:
+    # Below two dozen run lines (and notes a few lines tall), it was printed cut in two by the
+    # first page break (QA 75).
+    with zipfile.ZipFile(workbook_path) as zf:
+        drawing = ElementTree.fromstring(zf.read("xl/drawings/drawing1.xml"))
+    spreadsheet = "{http://schemas.openxmlformats.org/drawingml/2006/spreadsheetDrawing}"
+    anchor = drawing.find(f"{spreadsheet}twoCellAnchor")
+    assert anchor is not None
+    top, bottom = (
+        int(anchor.findtext(f"{spreadsheet}{end}/{spreadsheet}row")) for end in ("from", "to")
+    )
+    labels = [row[0] for row in book["Summary"].values]
+    assert labels.index("Verdict") == top == 1  # zero-based: right under the sheet's title
+    assert labels.index("Status") < bottom < labels.index("Input file")
+
+
 def test_no_changes_block_without_changes(tmp_path: Path) -> None:
     path = tmp_path / "scored.xlsx"
     write(path)

@@ -1,5 +1,5 @@
-"""The Summary sheet: the run's label/value lines, counts by verdict (with a chart) and by
-status, and, when given, the rows whose verdict changed since the last run.
+"""The Summary sheet: counts by verdict (with a chart) and by status, the run's label/value
+lines, and, when given, the rows whose verdict changed since the last run.
 
 Everything is written top to bottom because the workbook streams rows (constant_memory).
 Shares are stored as numbers, not formulas, so the workbook holds no formula at all.
@@ -36,6 +36,9 @@ class _Cursor:
     def skip(self) -> None:
         self.row += 1
 
+    def skip_to(self, row: int) -> None:
+        self.row = max(self.row, row)
+
 
 def write_summary_sheet(
     workbook: Workbook,
@@ -53,16 +56,20 @@ def write_summary_sheet(
     sheet.fit_to_pages(1, 0)
     at = _Cursor()
     sheet.write_string(at.take(), 0, "Run summary", formats.title)
-    for label, value in lines:
-        _write_value_row(sheet, formats, at.take(), label, value)
-
-    at.skip()
+    # The counts and their chart first: below the run's lines (two dozen, and notes a few
+    # lines tall), the chart was printed cut in two by the first page break.
+    chart_ends = at.row
     verdict_rows = _write_counts(sheet, formats, at, "Verdict", summary.counts_by_verdict)
     if verdict_rows and sum(summary.counts_by_verdict.values()) > 0:
         _insert_verdict_chart(workbook, sheet, verdict_rows, list(summary.counts_by_verdict))
-
+        chart_ends += _CHART_ROWS
     at.skip()
     _write_counts(sheet, formats, at, "Status", summary.counts_by_status)
+
+    at.skip()
+    at.skip_to(chart_ends + 1)  # the lines' notes, merged over columns B to I, clear of it
+    for label, value in lines:
+        _write_value_row(sheet, formats, at.take(), label, value)
 
     if changes is not None:
         at.skip()
@@ -141,6 +148,9 @@ def _write_counts(
     sheet.write_string(row, 0, "Total", formats.header)
     sheet.write_number(row, 1, total, formats.header_count)
     return first, at.row - 2
+
+
+_CHART_ROWS = 15  # xlsxwriter's default chart, 288 pixels tall, over rows of 20
 
 
 def _insert_verdict_chart(
