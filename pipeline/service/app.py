@@ -44,11 +44,9 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 _REPLAYED = {"Idempotent-Replayed": "true"}
 
 
-async def read_body(request: Request, limit: int, length: str | None = None) -> bytes | None:
+async def read_body(request: Request, limit: int, length: str) -> bytes | None:
     """The body, or None when it is larger than `limit` bytes (the rest is not read).
-    `length`: the Content-Length header, if read already."""
-    if length is None:
-        length = request.headers.get("content-length", "")
+    `length`: the Content-Length header ("" without one)."""
     if length.isdigit() and int(length) > limit:
         return None
     chunks: list[bytes] = []
